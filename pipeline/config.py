@@ -251,14 +251,6 @@ class Config(_Section):
     evaluate: EvaluateConfig = EvaluateConfig()
     report: ReportConfig = ReportConfig()
 
-    @field_validator("train")
-    @classmethod
-    def _grid_axes(cls, train: TrainConfig) -> TrainConfig:
-        for axis, values in train.grid.items():
-            if not isinstance(values, list) or not values:
-                raise ValueError(f"grid.{axis}: must be a non-empty list")
-        return train
-
 
 # ------------------------------------------------------------------------ loading
 def _dotted(loc: tuple[Any, ...]) -> str:

@@ -80,6 +80,8 @@ def validate_grid(config: Config) -> None:
     """Check every axis name and value; raise ConfigError naming ``train.grid.<axis>[i]``."""
     base = {"model": config.model.model_dump(), "train": config.train.model_dump()}
     for axis, values in config.train.grid.items():
+        if not values:
+            raise ConfigError(f"train.grid.{axis}: must be a non-empty list")
         section = _section_of(axis)
         cls = ModelConfig if section == "model" else TrainConfig
         for index, value in enumerate(values):

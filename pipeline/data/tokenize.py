@@ -8,6 +8,7 @@ what BLEU scores). The output format is described in :mod:`pipeline.data.tokeniz
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 from pathlib import Path
@@ -37,13 +38,18 @@ class TokenizeError(ValueError):
 
 
 def train_subword_model(
-    sentences: list[str], model_prefix: Path, config: TokenizeConfig, seed: int = 1
+    sentences: list[str], model_path: Path, config: TokenizeConfig, seed: int = 1
 ) -> Path:
-    """Train one sentencepiece model on ``sentences``; returns the ``.model`` path."""
+    """Train one sentencepiece model on ``sentences`` and write it to ``model_path``.
+
+    The model goes through an in-memory writer, so no output path is recorded inside it
+    and the same data and params give byte-identical model files.
+    """
     spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences),
-        model_prefix=str(model_prefix),
+        model_writer=model,
         model_type=config.model_type,
         vocab_size=config.vocab_size,
         character_coverage=config.character_coverage,
@@ -58,7 +64,8 @@ def train_subword_model(
         num_threads=1,
         minloglevel=2,
     )
-    return model_prefix.with_suffix(".model")
+    model_path.write_bytes(model.getvalue())
+    return model_path
 
 
 def _read_splits(raw_dir: Path) -> dict[str, list[tuple[str, str]]]:
@@ -123,14 +130,11 @@ def tokenize(config: TokenizeConfig, raw_dir: str | Path, out_dir: str | Path) -
     train = splits["train"]
     with atomic_dir(out_dir) as tmp:
         if config.joint:
-            joint = train_subword_model([s for p in train for s in p], tmp / "joint", config)
-            shutil.copyfile(joint, tmp / "src.model")
-            shutil.move(joint, tmp / "tgt.model")
-            (tmp / "joint.vocab").unlink()
+            joint = train_subword_model([s for p in train for s in p], tmp / "src.model", config)
+            shutil.copyfile(joint, tmp / "tgt.model")
         else:
             for index, side in enumerate(("src", "tgt")):
-                train_subword_model([p[index] for p in train], tmp / side, config)
-                (tmp / f"{side}.vocab").unlink()
+                train_subword_model([p[index] for p in train], tmp / f"{side}.model", config)
         src_tok, tgt_tok = SubwordTokenizer(tmp / "src.model"), SubwordTokenizer(tmp / "tgt.model")
         stats: dict[str, Any] = {
             "params": config.model_dump(),

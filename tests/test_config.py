@@ -1,0 +1,80 @@
+import pytest
+
+from pipeline.config import Config, ConfigError, load_config
+from pipeline.grid import expand_grid, select
+from tests.helpers import REPO_ROOT, write_params
+
+
+def test_repo_params_load_and_expand():
+    config = load_config(REPO_ROOT / "params.yaml")
+    assert isinstance(config, Config)
+    ids = [v.id for v in expand_grid(config)]
+    expected = 1
+    for values in config.train.grid.values():
+        expected *= len(values)
+    assert len(ids) == expected == len(set(ids))
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"train": {"grid": {"scorer": ["none", "dot", "dott"]}}},
+         "train.grid.scorer[2]: unknown scorer 'dott'; known: additive, dot"),
+        ({"model": {"scorer": "bahdanau"}}, "model.scorer: unknown scorer 'bahdanau'"),
+        ({"modle": {}}, "modle: unknown key"),
+        ({"fetch": {"split": {"sed": 1}}}, "fetch.split.sed: unknown key"),
+        ({"train": {"batch_tokens": 0}}, "train.batch_tokens: Input should be greater"),
+        ({"model": {"hidden_size": "big"}}, "model.hidden_size: Input should be a valid integer"),
+        ({"model": {"wiring": "sideways"}}, "model.wiring: Input should be 'bahdanau' or 'luong'"),
+        ({"model": {"cell": "rnn"}}, "model.cell: Input should be 'gru' or 'lstm'"),
+        ({"train": {"grid": {"colour": [1]}}}, "train.grid.colour: unknown axis"),
+        ({"train": {"grid": {"hidden_size": [128, -1]}}}, "train.grid.hidden_size[1]:"),
+        ({"train": {"grid": {"scorer": []}}}, "train.grid.scorer: must be a non-empty list"),
+        ({"train": {"only": ["nope-fwd-h1-s1"]}}, "train.only: not in the grid"),
+        ({"fetch": {"sha256": "abc"}}, "fetch.sha256: must be 64 hex digits"),
+    ],
+)
+def test_bad_params_name_the_dotted_key(tmp_path, params, message):
+    path = write_params(tmp_path / "params.yaml", params)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_and_malformed_params_files(tmp_path):
+    with pytest.raises(ConfigError, match="params file not found"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fetch: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_config_is_frozen():
+    config = Config()
+    with pytest.raises(Exception):
+        config.model.hidden_size = 3  # type: ignore[misc]
+
+
+def test_grid_extra_axis_in_variant_id_and_select(tmp_path):
+    params = {
+        "train": {
+            "grid": {"scorer": ["none", "additive"], "reverse_source": [True],
+                     "hidden_size": [64], "seed": [3], "learning_rate": [0.001, 0.01]},
+        }
+    }
+    config = load_config(write_params(tmp_path / "p.yaml", params))
+    variants = expand_grid(config)
+    ids = [v.id for v in variants]
+    assert ids == [
+        "none-rev-h64-s3-lr0.001", "none-rev-h64-s3-lr0.01",
+        "additive-rev-h64-s3-lr0.001", "additive-rev-h64-s3-lr0.01",
+    ]
+    chosen = select(variants, ["additive-rev-h64-s3-lr0.01"])
+    assert chosen[0].train.learning_rate == 0.01 and chosen[0].model.scorer == "additive"
+    # config hash changes with the data and with any parameter
+    assert chosen[0].config_hash("a") != chosen[0].config_hash("b")
+    assert variants[2].config_hash("a") != variants[3].config_hash("a")
+    with pytest.raises(ConfigError, match="--only: not in the grid: x"):
+        select(variants, ["x"])
