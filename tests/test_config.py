@@ -1,4 +1,5 @@
 import pytest
+from pydantic import ValidationError
 
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.grid import expand_grid, select
@@ -18,8 +19,10 @@ def test_repo_params_load_and_expand():
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"train": {"grid": {"scorer": ["none", "dot", "dott"]}}},
-         "train.grid.scorer[2]: unknown scorer 'dott'; known: additive, dot"),
+        (
+            {"train": {"grid": {"scorer": ["none", "dot", "dott"]}}},
+            "train.grid.scorer[2]: unknown scorer 'dott'; known: additive, dot",
+        ),
         ({"model": {"scorer": "bahdanau"}}, "model.scorer: unknown scorer 'bahdanau'"),
         ({"modle": {}}, "modle: unknown key"),
         ({"fetch": {"split": {"sed": 1}}}, "fetch.split.sed: unknown key"),
@@ -53,23 +56,30 @@ def test_missing_and_malformed_params_files(tmp_path):
 
 def test_config_is_frozen():
     config = Config()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         config.model.hidden_size = 3  # type: ignore[misc]
 
 
 def test_grid_extra_axis_in_variant_id_and_select(tmp_path):
     params = {
         "train": {
-            "grid": {"scorer": ["none", "additive"], "reverse_source": [True],
-                     "hidden_size": [64], "seed": [3], "learning_rate": [0.001, 0.01]},
+            "grid": {
+                "scorer": ["none", "additive"],
+                "reverse_source": [True],
+                "hidden_size": [64],
+                "seed": [3],
+                "learning_rate": [0.001, 0.01],
+            },
         }
     }
     config = load_config(write_params(tmp_path / "p.yaml", params))
     variants = expand_grid(config)
     ids = [v.id for v in variants]
     assert ids == [
-        "none-rev-h64-s3-lr0.001", "none-rev-h64-s3-lr0.01",
-        "additive-rev-h64-s3-lr0.001", "additive-rev-h64-s3-lr0.01",
+        "none-rev-h64-s3-lr0.001",
+        "none-rev-h64-s3-lr0.01",
+        "additive-rev-h64-s3-lr0.001",
+        "additive-rev-h64-s3-lr0.01",
     ]
     chosen = select(variants, ["additive-rev-h64-s3-lr0.01"])
     assert chosen[0].train.learning_rate == 0.01 and chosen[0].model.scorer == "additive"

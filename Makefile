@@ -1,0 +1,33 @@
+# One-command entry points (see README.md). Everything runs inside .venv.
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: setup study test test-fast lint bench
+
+setup: $(VENV)/.installed
+
+# torch==2.13.0 first: it is the local CPU build, and pyproject's torch range admits it,
+# so pip does not pull the CUDA wheels.
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+study: setup          ## reproduce the whole study (dvc repro)
+	dvc repro
+
+test: setup           ## the full test suite, end-to-end tests included (what CI runs)
+	python -m pytest
+
+test-fast: setup      ## skip the slow end-to-end tests
+	python -m pytest -m "not slow"
+
+lint: setup
+	ruff check pipeline stages tests benchmarks
+	ruff format --check pipeline stages tests benchmarks
+
+bench: setup          ## speed/memory benchmarks (not part of the tests)
+	python -m benchmarks.run
