@@ -121,5 +121,7 @@ def select(variants: list[Variant], only: list[str]) -> list[Variant]:
     by_id = {v.id: v for v in variants}
     missing = [i for i in only if i not in by_id]
     if missing:
-        raise ConfigError(f"--only: not in the grid: {', '.join(missing)}; known: {', '.join(by_id)}")
+        raise ConfigError(
+            f"--only: not in the grid: {', '.join(missing)}; known: {', '.join(by_id)}"
+        )
     return [by_id[i] for i in only]

@@ -30,7 +30,9 @@ def setup_logging(verbose: bool = False) -> None:
     )
 
 
-def run(main: Callable[[argparse.Namespace, Config], int | None], cli: argparse.ArgumentParser) -> None:
+def run(
+    main: Callable[[argparse.Namespace, Config], int | None], cli: argparse.ArgumentParser
+) -> None:
     """Parse args, load params, call ``main``; expected errors become one line + exit 1.
 
     Errors the user can fix (bad params, corpora, URLs, checkpoints) are ``ValueError``

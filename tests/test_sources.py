@@ -26,9 +26,14 @@ def test_bible_fixes_each_known_dirt():
     assert fix_bible_verse("(51:3) O Dieu! aie pitié", 19, fixes) == "O Dieu! aie pitié"
     assert fix_bible_verse("dijo: \xadMoisés!", 2, fixes) == "dijo: ¡Moisés!"
     assert fix_bible_verse("first -[fruits] and [even]", 3, fixes) == "first -fruits and even"
-    assert fixes == Counter(placeholder_verse=1, psalm_heading_glued=1, backtick_apostrophe=1,
-                            verse_renumbering_marker=1, soft_hyphen_exclamation=1,
-                            translator_brackets=1)
+    assert fixes == Counter(
+        placeholder_verse=1,
+        psalm_heading_glued=1,
+        backtick_apostrophe=1,
+        verse_renumbering_marker=1,
+        soft_hyphen_exclamation=1,
+        translator_brackets=1,
+    )
 
 
 def test_embedded_bible_default_pair():
@@ -45,7 +50,9 @@ def test_other_translation_by_name_and_unknown_name():
     raw = read_corpus(FetchConfig(source_translation="kjv", target_translation="louis_segond_1910"))
     assert raw.description["target_language"] == "fr"
     assert not any("(51:3)" in t for _, t in raw.pairs)
-    with pytest.raises(CorpusError, match="fetch.target_translation: unknown translation 'klingon'"):
+    with pytest.raises(
+        CorpusError, match="fetch.target_translation: unknown translation 'klingon'"
+    ):
         read_corpus(FetchConfig(target_translation="klingon"))
 
 
@@ -55,7 +62,9 @@ def test_local_tsv_and_moses(tmp_path):
     assert read_corpus(FetchConfig(source="tsv", path=str(tsv))).pairs == pairs
     (tmp_path / "c.en").write_text("\n".join(s for s, _ in pairs) + "\n")
     (tmp_path / "c.es").write_text("\n".join(t for _, t in pairs) + "\n")
-    moses = FetchConfig(source="moses", path=str(tmp_path / "c.en"), path_target=str(tmp_path / "c.es"))
+    moses = FetchConfig(
+        source="moses", path=str(tmp_path / "c.en"), path_target=str(tmp_path / "c.es")
+    )
     assert read_corpus(moses).pairs == pairs
 
 
@@ -73,8 +82,11 @@ def test_bad_local_corpora_name_the_place(tmp_path):
     (tmp_path / "a.en").write_text("a\nb\n")
     (tmp_path / "a.es").write_text("a\n")
     with pytest.raises(CorpusError, match="2 source lines but 1 target lines"):
-        read_corpus(FetchConfig(source="moses", path=str(tmp_path / "a.en"),
-                                path_target=str(tmp_path / "a.es")))
+        read_corpus(
+            FetchConfig(
+                source="moses", path=str(tmp_path / "a.en"), path_target=str(tmp_path / "a.es")
+            )
+        )
 
 
 def _archives(payload: bytes) -> dict[str, bytes]:
@@ -87,8 +99,12 @@ def _archives(payload: bytes) -> dict[str, bytes]:
         info = tarfile.TarInfo("pairs.tsv")
         info.size = len(payload)
         archive.addfile(info, io.BytesIO(payload))
-    return {"c.tsv": payload, "c.tsv.gz": gzip.compress(payload),
-            "c.zip": zipped.getvalue(), "c.tar.gz": tarred.getvalue()}
+    return {
+        "c.tsv": payload,
+        "c.tsv.gz": gzip.compress(payload),
+        "c.zip": zipped.getvalue(),
+        "c.tar.gz": tarred.getvalue(),
+    }
 
 
 def test_url_fetch_with_checksum_in_every_container(tmp_path):

@@ -5,8 +5,9 @@ from pipeline.config import SplitConfig
 from pipeline.data.split import SplitError, bucket_label, length_bucket, split_pairs
 from tests.helpers import synthetic_pairs
 
-CONFIG = SplitConfig(seed=7, dev_size=60, test_size=180, bucket_width=10, num_buckets=6,
-                     test_min_per_bucket=20)
+CONFIG = SplitConfig(
+    seed=7, dev_size=60, test_size=180, bucket_width=10, num_buckets=6, test_min_per_bucket=20
+)
 
 
 def test_bucket_boundaries():
@@ -38,7 +39,9 @@ def test_test_set_is_length_stratified():
     pairs = synthetic_pairs(1500, seed=3, max_words=75)
     split = split_pairs(pairs, CONFIG)
     all_buckets = np.bincount([length_bucket(len(s.split()), 10, 6) for s, _ in pairs], minlength=6)
-    test_buckets = np.bincount([length_bucket(len(s.split()), 10, 6) for s, _ in split.test], minlength=6)
+    test_buckets = np.bincount(
+        [length_bucket(len(s.split()), 10, 6) for s, _ in split.test], minlength=6
+    )
     assert all(all_buckets >= 40), "fixture must populate every bucket"
     assert all(test_buckets >= CONFIG.test_min_per_bucket)
     # the rarest bucket is lifted by the floor: its share of test exceeds its share overall

@@ -11,32 +11,51 @@ import yaml
 from tests.helpers import REPO_ROOT, synthetic_pairs, write_params, write_tsv
 
 SMALL = {
-    "fetch": {"source": "tsv", "path": "corpus.tsv",
-              "split": {"dev_size": 40, "test_size": 120, "test_min_per_bucket": 10}},
+    "fetch": {
+        "source": "tsv",
+        "path": "corpus.tsv",
+        "split": {"dev_size": 40, "test_size": 120, "test_min_per_bucket": 10},
+    },
     "tokenize": {"vocab_size": 120},
 }
 
 
 def run_stage(module: str, *args: str, cwd=REPO_ROOT) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
-        ({"fetch": {"source": "tsv", "path": "missing.tsv"}}, "error: missing.tsv: corpus file not found (fetch.path)"),
-        ({"fetch": {"source_translation": "elvish"}}, "error: fetch.source_translation: unknown translation 'elvish'"),
+        (
+            {"fetch": {"source": "tsv", "path": "missing.tsv"}},
+            "error: missing.tsv: corpus file not found (fetch.path)",
+        ),
+        (
+            {"fetch": {"source_translation": "elvish"}},
+            "error: fetch.source_translation: unknown translation 'elvish'",
+        ),
         ({"fetch": {"spilt": {}}}, "error: fetch.spilt: unknown key"),
-        ({"fetch": {"source": "url", "url": "http://127.0.0.1:9/x.tsv", "sha256": "a" * 64}},
-         "error: http://127.0.0.1:9/x.tsv: download failed"),
+        (
+            {"fetch": {"source": "url", "url": "http://127.0.0.1:9/x.tsv", "sha256": "a" * 64}},
+            "error: http://127.0.0.1:9/x.tsv: download failed",
+        ),
     ],
 )
 def test_fetch_bad_input_is_one_line_and_writes_nothing(tmp_path, params, expected):
     params_file = write_params(tmp_path / "params.yaml", params)
     out = tmp_path / "raw"
-    result = run_stage("stages.fetch", "--params", str(params_file), "--out", str(out), cwd=tmp_path)
+    result = run_stage(
+        "stages.fetch", "--params", str(params_file), "--out", str(out), cwd=tmp_path
+    )
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(expected), result.stderr
@@ -49,11 +68,20 @@ def test_failed_rerun_keeps_previous_outputs(tmp_path):
     write_tsv(tmp_path / "corpus.tsv", synthetic_pairs(600))
     params_file = write_params(tmp_path / "params.yaml", SMALL)
     out = tmp_path / "raw"
-    assert run_stage("stages.fetch", "--params", str(params_file), "--out", str(out), cwd=tmp_path).returncode == 0
+    assert (
+        run_stage(
+            "stages.fetch", "--params", str(params_file), "--out", str(out), cwd=tmp_path
+        ).returncode
+        == 0
+    )
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     (tmp_path / "corpus.tsv").write_text("broken line without tab\n")
-    result = run_stage("stages.fetch", "--params", str(params_file), "--out", str(out), cwd=tmp_path)
-    assert result.returncode == 1 and "corpus.tsv:1: expected 2 tab-separated columns" in result.stderr
+    result = run_stage(
+        "stages.fetch", "--params", str(params_file), "--out", str(out), cwd=tmp_path
+    )
+    assert (
+        result.returncode == 1 and "corpus.tsv:1: expected 2 tab-separated columns" in result.stderr
+    )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -61,7 +89,9 @@ def test_dvc_repro_fetch_tokenize_then_nothing_to_do(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     for name in ("pipeline", "stages"):
-        shutil.copytree(REPO_ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            REPO_ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
     dvc_yaml = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())
     dvc_yaml["stages"] = {k: dvc_yaml["stages"][k] for k in ("fetch", "tokenize")}
     (project / "dvc.yaml").write_text(yaml.safe_dump(dvc_yaml, sort_keys=False))
@@ -71,7 +101,9 @@ def test_dvc_repro_fetch_tokenize_then_nothing_to_do(tmp_path):
     env.pop("DVC_NO_ANALYTICS", None)
 
     def sh(*cmd):
-        return subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300
+        )
 
     dvc = [sys.executable, "-m", "dvc"]
     assert sh("git", "init", "-q").returncode == 0

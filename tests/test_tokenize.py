@@ -46,9 +46,13 @@ def test_tokenize_round_trips_and_is_deterministic(raw_dir, tmp_path, joint):
         split = data.split(name)
         pairs = read_tsv_pairs(raw_dir / f"{name}.tsv")
         assert len(split) == len(pairs) == stats["splits"][name]["sentences"]
-        decoded = data.tgt_tokenizer.decode([split.target(i).tolist() + [EOS_ID, 7] for i in range(len(split))])
+        decoded = data.tgt_tokenizer.decode(
+            [split.target(i).tolist() + [EOS_ID, 7] for i in range(len(split))]
+        )
         assert decoded == [t for _, t in pairs]
-        assert data.src_tokenizer.decode([split.source(i).tolist() for i in range(len(split))]) == [s for s, _ in pairs]
+        assert data.src_tokenizer.decode([split.source(i).tolist() for i in range(len(split))]) == [
+            s for s, _ in pairs
+        ]
         assert split.src_ids.dtype == np.int32
     assert stats["splits"]["test"]["source"]["unknown_rate"] == 0.0
 

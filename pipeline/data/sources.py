@@ -208,7 +208,11 @@ def read_moses(config: FetchConfig) -> RawCorpus:
     pairs = [(s, t) for s, t in zip(sources, targets) if s.strip() or t.strip()]
     if not pairs:
         raise CorpusError(f"{config.path}: no sentence pairs")
-    description = {"source": "moses", "path": str(config.path), "path_target": str(config.path_target)}
+    description = {
+        "source": "moses",
+        "path": str(config.path),
+        "path_target": str(config.path_target),
+    }
     return RawCorpus(pairs, description)
 
 

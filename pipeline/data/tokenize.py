@@ -153,6 +153,8 @@ def tokenize(config: TokenizeConfig, raw_dir: str | Path, out_dir: str | Path) -
                 stats["round_trip_failures"][name] = _check_round_trip(
                     pairs, split, src_tok, tgt_tok, name
                 )
-            logger.info("%s: %d sentences, %d target subwords", name, len(split), split.tgt_lengths.sum())
+            logger.info(
+                "%s: %d sentences, %d target subwords", name, len(split), split.tgt_lengths.sum()
+            )
         write_json(tmp / "stats.json", stats)
     return stats
