@@ -1,0 +1,185 @@
+"""Attention scorers (a registry) and the single :func:`attend` that every decoder uses.
+
+A scorer differs from another only in ``score(query, keys) -> (B, T, S)``; masking,
+softmax and the context vector are computed once, in :func:`attend`. Whatever a scorer
+can compute from the encoder outputs alone (``U h_j``, ``W_a h_s``) it computes in
+``precompute(keys)``, which the decoder calls once per batch, before its decoding loop.
+
+``none`` maps to ``None``: the no-attention baseline has no scorer, no context and no
+attention parameters at all (Sutskever 2014, Cho 2014); see ``decoder.PlainDecoder``.
+
+| name        | score(q = decoder state, k = encoder output)  | source                   |
+|-------------|-----------------------------------------------|--------------------------|
+| dot         | q . k                                         | Luong 2015 eq. 8         |
+| scaled_dot  | q . k / sqrt(H)                               | Vaswani 2017 eq. 1       |
+| general     | q W_a k                                       | Luong 2015 eq. 8         |
+| additive    | v_a . tanh(W_a q + U_a k)                     | Bahdanau 2014 app. A.1.2 |
+| location    | (W_a q)_j for source position j               | Luong 2015 eq. 8         |
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LOCATION_MAX_POSITIONS = 256
+"""Source positions the ``location`` scorer has weights for. 256 subwords covers the
+longest sentences of the corpus (86 words); a longer source's later positions score
+-inf, i.e. they can never be attended, rather than failing."""
+
+
+class Scorer(nn.Module):
+    """Base class: ``score(query (B, T, H), keys) -> (B, T, S)`` unnormalised scores."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.hidden_size = hidden_size
+
+    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
+        """Per-batch key transform, called once before decoding. (B, S, H) -> (B, S, *)."""
+        return keys
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+SCORERS: dict[str, type[Scorer] | None] = {"none": None}
+"""Registry: scorer name -> class (``None`` for the no-attention baseline)."""
+
+
+def register(name: str) -> Callable[[type[Scorer]], type[Scorer]]:
+    def add(cls: type[Scorer]) -> type[Scorer]:
+        SCORERS[name] = cls
+        return cls
+
+    return add
+
+
+def build_scorer(name: str, hidden_size: int) -> Scorer | None:
+    """The scorer registered as ``name`` (``None`` for ``none``)."""
+    if name not in SCORERS:
+        raise ValueError(f"unknown scorer {name!r}; known: {', '.join(sorted(SCORERS))}")
+    cls = SCORERS[name]
+    return None if cls is None else cls(hidden_size)
+
+
+@register("dot")
+class DotScorer(Scorer):
+    """Luong 2015 eq. 8 ``dot``: score(h_t, h_s) = h_t . h_s. No parameters."""
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return query @ keys.transpose(1, 2)  # (B, T, H) x (B, H, S) -> (B, T, S)
+
+
+@register("scaled_dot")
+class ScaledDotScorer(DotScorer):
+    """Vaswani 2017 eq. 1: q . k / sqrt(H), so score variance does not grow with H."""
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return super().score(query, keys) / math.sqrt(self.hidden_size)
+
+
+@register("general")
+class GeneralScorer(Scorer):
+    """Luong 2015 eq. 8 ``general``: h_t^T W_a h_s; ``W_a h_s`` is precomputed per batch."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__(hidden_size)
+        self.key_projection = nn.Linear(hidden_size, hidden_size, bias=False)
+
+    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.key_projection(keys)  # (B, S, H)
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return query @ keys.transpose(1, 2)  # (B, T, S)
+
+
+@register("additive")
+class AdditiveScorer(Scorer):
+    """Bahdanau 2014 app. A.1.2: e_ij = v_a . tanh(W_a s_{i-1} + U_a h_j).
+
+    ``U_a h_j`` does not depend on the decoder step and is precomputed per batch.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__(hidden_size)
+        self.query_projection = nn.Linear(hidden_size, hidden_size, bias=False)  # W_a
+        self.key_projection = nn.Linear(hidden_size, hidden_size)  # U_a (+ bias)
+        self.energy = nn.Linear(hidden_size, 1, bias=False)  # v_a
+
+    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.key_projection(keys)  # (B, S, A)
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        projected = self.query_projection(query)  # (B, T, A)
+        hidden = torch.tanh(projected.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, S, A)
+        return self.energy(hidden).squeeze(-1)  # (B, T, S)
+
+
+@register("location")
+class LocationScorer(Scorer):
+    """Luong 2015 eq. 8 ``location``: a_t = softmax(W_a h_t), a score per source position.
+
+    The scores ignore the keys' content; only their number ``S`` matters. ``W_a`` has
+    :data:`LOCATION_MAX_POSITIONS` rows; the first ``S`` are used, so the scorer works for
+    any source length, and the shared mask zeroes positions past each sentence's end.
+    """
+
+    def __init__(self, hidden_size: int, max_positions: int = LOCATION_MAX_POSITIONS):
+        super().__init__(hidden_size)
+        self.position_projection = nn.Linear(hidden_size, max_positions)
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        source_length = keys.size(1)
+        scores = self.position_projection(query)  # (B, T, P)
+        extra = source_length - scores.size(-1)
+        if extra > 0:
+            return F.pad(scores, (0, extra), value=float("-inf"))
+        return scores[..., :source_length]  # (B, T, S)
+
+
+def attend(
+    scorer: Scorer,
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    src_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked softmax attention for all ``T`` queries at once.
+
+    Args:
+        query: (B, T, H) decoder states (T = 1 inside a step loop).
+        keys: ``scorer.precompute(encoder outputs)``, (B, S, *).
+        values: (B, S, H) encoder outputs.
+        src_mask: (B, S) bool, True on real source positions.
+
+    Returns:
+        context (B, T, H) = sum_j a_tj h_j and weights (B, T, S); padded positions get
+        exactly zero weight (their score is -inf before the softmax).
+    """
+    scores = scorer.score(query, keys)  # (B, T, S)
+    scores = scores.masked_fill(~src_mask.unsqueeze(1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (B, T, S)
+    return weights @ values, weights  # (B, T, H), (B, T, S)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The encoder side of a batch, prepared once for the decoder (and its beams)."""
+
+    values: torch.Tensor  # (B, S, H) encoder outputs
+    keys: torch.Tensor | None  # scorer.precompute(values); None without attention
+    src_mask: torch.Tensor  # (B, S) bool
+
+    def select(self, rows: torch.Tensor) -> Memory:
+        """Rows ``rows`` of every tensor (beam expansion)."""
+        picked = {
+            f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[rows]
+            for f in fields(self)
+        }
+        return Memory(**picked)

@@ -1,0 +1,85 @@
+"""The source encoder: embeddings + a (bi)directional GRU/LSTM over packed sequences.
+
+Packing (``pack_padded_sequence``) means padding never enters a recurrent state: the
+final state of each sentence is read after its own last token (the appended EOS), and
+outputs at padded positions are exactly zero.
+
+A bidirectional encoder uses ``hidden_size // 2`` units per direction (as OpenNMT's
+``brnn``), so its outputs and final state have ``hidden_size`` features like the
+unidirectional one: every scorer and the decoder see the same sizes, and dot-product
+scorers work unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from pipeline.data.tokenized import PAD_ID
+
+RNNS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
+"""Registry: ``ModelConfig.cell`` -> fused multi-layer RNN class."""
+
+
+@dataclass(frozen=True)
+class EncoderOutput:
+    outputs: torch.Tensor  # (B, S, H) top-layer outputs, zero at padded positions
+    hidden: torch.Tensor  # (L, B, H) final hidden state per layer, directions concatenated
+    cell: torch.Tensor | None  # (L, B, H) final LSTM cell state (None for a GRU)
+
+
+class Encoder(nn.Module):
+    """x -> h_1..h_S (Sutskever 2014 sec. 2; Bahdanau 2014 sec. 3.2 when bidirectional)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_size: int,
+        hidden_size: int,
+        *,
+        layers: int = 1,
+        cell: str = "gru",
+        bidirectional: bool = False,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        if bidirectional and hidden_size % 2:
+            raise ValueError(
+                f"model.hidden_size: a bidirectional encoder needs an even size, got {hidden_size}"
+            )
+        self.layers = layers
+        self.directions = 2 if bidirectional else 1
+        self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=PAD_ID)
+        self.rnn = RNNS[cell](
+            embedding_size,
+            hidden_size // self.directions,
+            num_layers=layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if layers > 1 else 0.0,
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
+        """src (B, S) long, src_lengths (B,) -> outputs (B, S, H) and final states."""
+        embedded = self.dropout(self.embedding(src))  # (B, S, E)
+        packed = pack_padded_sequence(
+            embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        outputs, final = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
+        hidden, cell = final if isinstance(final, tuple) else (final, None)
+        return EncoderOutput(
+            outputs=self.dropout(outputs),  # (B, S, H)
+            hidden=self._merge_directions(hidden),
+            cell=None if cell is None else self._merge_directions(cell),
+        )
+
+    def _merge_directions(self, state: torch.Tensor) -> torch.Tensor:
+        """(L * D, B, H / D) -> (L, B, H): concatenate the directions of each layer."""
+        _, batch, size = state.shape
+        state = state.view(self.layers, self.directions, batch, size)
+        return state.transpose(1, 2).reshape(self.layers, batch, self.directions * size)
