@@ -22,11 +22,13 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray import tune
+from tqdm import tqdm
 
 from pipeline.config import Config, ModelConfig, TrainConfig
 from pipeline.data.tokenized import TokenizedData
@@ -87,7 +89,7 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, dict[str, Any]]) -> 
     import torch
 
     from pipeline.training import train_variant
-    from pipeline.visualize import dev_attention_figure
+    from pipeline.report.figures import dev_attention_figure
 
     spec = specs[tune_config["variant"]]
     torch.set_num_threads(max(1, int(spec["cpus"])))
@@ -375,3 +377,36 @@ def _write_summary(models_dir: Path, specs, outcomes, parent_id: str, data_hash:
     }
     write_json(models_dir / SWEEP_FILE, summary)
     return summary
+
+
+# ------------------------------------------------------------------ ray tasks
+def run_tasks(
+    function: Callable[[dict[str, Any]], Any],
+    specs: dict[str, dict[str, Any]],
+    config: Config,
+    root: Path,
+    description: str,
+) -> dict[str, Any]:
+    """Run ``function(spec)`` for every spec as Ray tasks with the trials' resources.
+
+    Returns ``{key: result}``; a task that raised is re-raised as a ``RuntimeError``
+    naming its key after the others finished.
+    """
+    init_ray(config, root)
+    ray_cfg = config.train.ray
+    remote = ray.remote(num_cpus=ray_cfg.cpus_per_trial, num_gpus=ray_cfg.gpus_per_trial)(function)
+    pending = {remote.remote(spec): key for key, spec in specs.items()}
+    results, errors = {}, {}
+    with tqdm(total=len(pending), desc=description, unit="variant") as bar:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            key = pending.pop(done[0])
+            try:
+                results[key] = ray.get(done[0])
+            except ray.exceptions.RayTaskError as err:
+                errors[key] = str(err.cause if err.cause is not None else err).splitlines()[-1]
+                logger.error("%s failed: %s", key, errors[key])
+            bar.update(1)
+    if errors:
+        raise RuntimeError("; ".join(f"{k}: {v}" for k, v in sorted(errors.items())))
+    return results

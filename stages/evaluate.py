@@ -1,0 +1,31 @@
+"""DVC stage ``evaluate``: decode the test set with every variant -> eval/ (metrics, plots)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pipeline.evaluate import evaluate
+from stages._cli import REPO_ROOT, parser, run
+
+logger = logging.getLogger("stages.evaluate")
+
+
+def main(args, config) -> None:
+    paths = [(REPO_ROOT / p).resolve() for p in (args.tok, args.raw, args.models, args.out)]
+    summary = evaluate(config, REPO_ROOT, *paths)
+    best = max(summary["variants"].items(), key=lambda item: item[1]["bleu"])
+    logger.info(
+        "evaluated %d variants; best %s BLEU %.2f",
+        len(summary["variants"]),
+        *[best[0], best[1]["bleu"]],
+    )
+
+
+if __name__ == "__main__":
+    cli = parser(__doc__)
+    cli.add_argument("--tok", default="data/tok")
+    cli.add_argument("--raw", default="data/raw")
+    cli.add_argument("--models", default="models")
+    cli.add_argument("--out", default="eval")
+    run(main, cli)
