@@ -21,8 +21,8 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +88,8 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, dict[str, Any]]) -> 
     """Ray Tune function trainable: train one variant, report each epoch, mark it done."""
     import torch
 
-    from pipeline.training import train_variant
     from pipeline.report.figures import dev_attention_figure
+    from pipeline.training import train_variant
 
     spec = specs[tune_config["variant"]]
     torch.set_num_threads(max(1, int(spec["cpus"])))

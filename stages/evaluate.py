@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from pipeline.evaluate import evaluate
 from stages._cli import REPO_ROOT, parser, run
