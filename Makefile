@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup study test test-fast lint bench
+.PHONY: setup browser study test test-fast lint bench
 
 setup: $(VENV)/.installed
 
@@ -16,10 +16,17 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
+# The report's browser check drives the system Chromium (Debian package) with Playwright;
+# no browser is downloaded.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
+	  (echo "error: install Chromium (apt-get install chromium) for the report's browser check" >&2; exit 1)
+
 study: setup          ## reproduce the whole study (dvc repro)
 	dvc repro
 
-test: setup           ## the full test suite, end-to-end tests included (what CI runs)
+test: setup browser   ## the full test suite, end-to-end tests included (what CI runs)
 	python -m pytest
 
 test-fast: setup      ## skip the slow end-to-end tests

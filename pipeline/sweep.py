@@ -34,7 +34,8 @@ from pipeline.config import Config, ModelConfig, TrainConfig
 from pipeline.data.tokenized import TokenizedData
 from pipeline.grid import Variant, expand_grid, select
 from pipeline.io import write_json
-from pipeline.tracking import Tracker, git_commit
+from pipeline.provenance import git_commit
+from pipeline.tracking import Tracker
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -42,16 +41,6 @@ def resolve_uri(config: TrackingConfig, root: Path) -> str:
     if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
         uri = prefix + str((root / uri[len(prefix) :]).resolve())
     return uri
-
-
-def git_commit(root: Path) -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
 class Tracker:

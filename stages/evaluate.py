@@ -11,7 +11,8 @@ logger = logging.getLogger("stages.evaluate")
 
 
 def main(args, config) -> None:
-    paths = [(REPO_ROOT / p).resolve() for p in (args.tok, args.raw, args.models, args.out)]
+    names = (args.tok, args.raw, args.models, args.out, args.metrics)
+    paths = [(REPO_ROOT / p).resolve() for p in names]
     summary = evaluate(config, REPO_ROOT, *paths)
     best = max(summary["variants"].items(), key=lambda item: item[1]["bleu"])
     logger.info(
@@ -27,4 +28,5 @@ if __name__ == "__main__":
     cli.add_argument("--raw", default="data/raw")
     cli.add_argument("--models", default="models")
     cli.add_argument("--out", default="eval")
+    cli.add_argument("--metrics", default="metrics", help="DVC metrics/plots folder")
     run(main, cli)

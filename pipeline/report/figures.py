@@ -69,3 +69,99 @@ def dev_attention_figure(checkpoint_path: Path, tok_dir: Path, out_dir: Path) ->
     target = target[: len(matrix)]
     title = f"{loaded.variant_id}: dev sentence {index} (greedy)"
     return heatmap_figure(matrix, source, target, title, Path(out_dir) / "dev_attention")[0]
+
+
+# --------------------------------------------------------------- study figures
+FORMATS = ("png", "svg")
+_LINESTYLE = {False: "-", True: "--"}
+
+
+def _colours(scorers) -> dict[str, str]:
+    palette = plt.get_cmap("tab10")
+    order = ["none", "dot", "scaled_dot", "general", "additive", "location"]
+    known = [s for s in order if s in set(scorers)] + sorted(set(scorers) - set(order))
+    return {s: palette(i % 10) for i, s in enumerate(known)}
+
+
+def bleu_by_length_figure(by_length, path: Path) -> list[Path]:
+    """Bahdanau et al. (2014) Fig. 2 for this study: BLEU vs source length, one panel
+    per hidden size, a line per scorer (dashed: reversed source), 95% bootstrap bands."""
+    sizes = sorted(by_length["hidden_size"].unique())
+    colours = _colours(by_length["scorer"].unique())
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 3.8), squeeze=False)
+    labels = list(dict.fromkeys(by_length["bucket"]))
+    for ax, size in zip(axes[0], sizes):
+        panel = by_length[by_length["hidden_size"] == size]
+        for (scorer, reverse), curve in panel.groupby(["scorer", "reverse_source"], sort=False):
+            x = [labels.index(b) for b in curve["bucket"]]
+            label = f"{scorer}{' (rev)' if reverse else ''}"
+            ax.plot(x, curve["bleu"], _LINESTYLE[bool(reverse)], color=colours[scorer],
+                    marker="o", markersize=3, label=label)
+            ax.fill_between(x, curve["bleu_low"], curve["bleu_high"], color=colours[scorer],
+                            alpha=0.12, linewidth=0)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_xlabel("source sentence length (words)")
+        ax.set_ylabel("test BLEU")
+        ax.set_title(f"hidden size {size}")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, ncol=2, loc="best")
+    fig.tight_layout()
+    return save_figure(fig, path, FORMATS)
+
+
+def heatmap_comparison_figure(panels: list[dict], title: str, path: Path) -> list[Path]:
+    """The same test sentence under several variants, one shared colour scale.
+
+    ``panels``: dicts with ``label``, ``matrix`` (T, S), ``source`` and ``target`` pieces,
+    laid out in rows of two (forward | reversed).
+    """
+    vmax = max(float(p["matrix"].max()) for p in panels)
+    rows = (len(panels) + 1) // 2
+    cols = 2 if len(panels) > 1 else 1
+    width = max(len(p["source"]) for p in panels)
+    height = max(len(p["target"]) for p in panels)
+    fig, axes = plt.subplots(rows, cols, squeeze=False,
+                             figsize=(cols * (0.16 * width + 1.6), rows * (0.16 * height + 1.0)))
+    for ax in axes.flat:
+        ax.axis("off")
+    image = None
+    for ax, panel in zip(axes.flat, panels):
+        ax.axis("on")
+        image = draw_heatmap(ax, panel["matrix"], panel["source"], panel["target"], vmax=vmax)
+        ax.set_title(panel["label"], fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.colorbar(image, ax=axes, fraction=0.02, label="attention weight")
+    return save_figure(fig, path, FORMATS)
+
+
+def effects_figure(table, path: Path) -> list[Path]:
+    """Left: BLEU vs hidden size per scorer. Right: reversal gain (rev - fwd) per scorer."""
+    colours = _colours(table["scorer"].unique())
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for (scorer, reverse), rows in table.groupby(["scorer", "reverse_source"], sort=False):
+        rows = rows.sort_values("hidden_size")
+        left.errorbar(rows["hidden_size"], rows["bleu"],
+                      yerr=[rows["bleu"] - rows["bleu_low"], rows["bleu_high"] - rows["bleu"]],
+                      fmt=_LINESTYLE[bool(reverse)], marker="o", markersize=3, capsize=2,
+                      color=colours[scorer], label=f"{scorer}{' (rev)' if reverse else ''}")
+    left.set_xlabel("hidden size")
+    left.set_ylabel("test BLEU")
+    left.set_title("BLEU vs hidden size")
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7, ncol=2)
+    gains = []
+    for scorer in colours:
+        fwd = table[(table.scorer == scorer) & ~table.reverse_source].set_index("hidden_size")
+        rev = table[(table.scorer == scorer) & table.reverse_source].set_index("hidden_size")
+        common = fwd.index.intersection(rev.index)
+        if len(common):
+            gains.append((scorer, float((rev.loc[common, "bleu"] - fwd.loc[common, "bleu"]).mean())))
+    if gains:
+        right.bar([g[0] for g in gains], [g[1] for g in gains],
+                  color=[colours[g[0]] for g in gains])
+    right.axhline(0, color="black", linewidth=0.8)
+    right.set_ylabel("BLEU(reversed) - BLEU(forward)")
+    right.set_title("Reversal gain per scorer")
+    right.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    return save_figure(fig, path, FORMATS)

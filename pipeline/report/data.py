@@ -1,0 +1,107 @@
+"""Collect what the report shows: one table row per variant, by-length curves, tests.
+
+Failed variants stay in the table (status ``failed``, with their error) so a reader sees
+what is missing instead of a silently smaller grid.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+class ReportInputError(ValueError):
+    """A missing or malformed input of the report stage."""
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ReportInputError(f"{path}: not found (run `dvc repro evaluate`)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ReportInputError(f"{path}: not valid JSON ({err})") from None
+
+
+@dataclass
+class StudyData:
+    table: pd.DataFrame  # one row per variant of the grid
+    by_length: pd.DataFrame  # variant x bucket
+    significance: pd.DataFrame
+    sweep: dict[str, Any]
+    evaluation: dict[str, Any]
+    corpus: dict[str, Any]
+    eval_dir: Path
+
+    @property
+    def evaluated(self) -> pd.DataFrame:
+        return self.table[self.table["status"] == "evaluated"]
+
+
+def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
+    sweep = _read_json(models_dir / "sweep.json")
+    evaluation = _read_json(eval_dir / "summary.json")
+    corpus = _read_json(raw_dir / "corpus.json") if (raw_dir / "corpus.json").is_file() else {}
+    significance = pd.read_csv(eval_dir / "significance.csv")
+    rows, curves = [], []
+    for variant_id, info in sweep["variants"].items():
+        row = _base_row(variant_id, info)
+        metrics_file = eval_dir / variant_id / "metrics.json"
+        if variant_id in evaluation["variants"] and metrics_file.is_file():
+            metrics = _read_json(metrics_file)
+            row.update(_metric_columns(metrics), status="evaluated")
+            curves += [{"variant": variant_id, **b} for b in metrics["by_length"]]
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table = _add_significance(table, significance)
+    by_length = pd.DataFrame(curves)
+    if not by_length.empty:
+        by_length = by_length.merge(
+            table[["variant", "scorer", "reverse_source", "hidden_size"]], on="variant"
+        )
+    return StudyData(table, by_length, significance, sweep, evaluation, corpus, eval_dir)
+
+
+def _base_row(variant_id: str, info: dict[str, Any]) -> dict[str, Any]:
+    model = info.get("model", {})
+    return {
+        "variant": variant_id,
+        "scorer": model.get("scorer"),
+        "reverse_source": bool(model.get("reverse_source")),
+        "hidden_size": model.get("hidden_size"),
+        "status": "failed" if info.get("status") == "failed" else "not evaluated",
+        "error": info.get("error") or "",
+        "parameters": info.get("parameter_count", np.nan),
+        "best_epoch": info.get("best_epoch", np.nan),
+        "train_minutes": info.get("wall_time_s", np.nan) / 60,
+        "tokens_per_s": info.get("tokens_per_s", np.nan),
+        "run_id": info.get("run_id") or "",
+    }
+
+
+def _metric_columns(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "bleu": metrics["bleu"],
+        "bleu_low": metrics["bleu_low"],
+        "bleu_high": metrics["bleu_high"],
+        "chrf": metrics["chrf"],
+        "attention_entropy": metrics.get("attention_entropy", np.nan),
+        "monotonicity_gap": metrics.get("attention_monotonicity_gap", np.nan),
+    }
+
+
+def _add_significance(table: pd.DataFrame, significance: pd.DataFrame) -> pd.DataFrame:
+    vs_none = significance[significance["comparison"] == "vs_none"]
+    columns = {"delta": "delta_vs_none", "p_value": "p_vs_none"}
+    merged = table.merge(
+        vs_none[["variant", "delta", "p_value"]].rename(columns=columns), on="variant", how="left"
+    )
+    for column in ("bleu", "bleu_low", "bleu_high", "chrf", "attention_entropy"):
+        if column not in merged:
+            merged[column] = np.nan
+    return merged

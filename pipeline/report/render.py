@@ -1,0 +1,157 @@
+"""The report stage's core: eval/ + models/ -> reports/ (HTML, Markdown, figures, CSV).
+
+``reports/index.html`` uses only relative assets (``figures/*.svg``), so the folder can
+be opened from disk or served as-is; ``reports/README.md`` renders on a code host.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.config import Config
+from pipeline.io import atomic_dir
+from pipeline.provenance import git_commit, machine
+from pipeline.report.data import StudyData, load_study
+from pipeline.report.figures import (
+    bleu_by_length_figure,
+    effects_figure,
+    heatmap_comparison_figure,
+)
+from pipeline.report.findings import Finding, all_findings
+
+logger = logging.getLogger(__name__)
+
+SCORER_ORDER = ["none", "dot", "scaled_dot", "general", "additive", "location"]
+TABLE_COLUMNS = {
+    "variant": "variant",
+    "scorer": "scorer",
+    "reverse_source": "reversed",
+    "hidden_size": "hidden",
+    "parameters": "parameters",
+    "bleu_ci": "BLEU [95% CI]",
+    "chrf": "chrF",
+    "vs_none": "ΔBLEU vs none (p)",
+    "best_epoch": "best epoch",
+    "train_minutes": "train min",
+    "tokens_per_s": "tokens/s",
+    "status": "status",
+}
+
+
+def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
+    """Panels for the longest attention example, at the largest hidden size."""
+    examples = data.evaluation.get("attention_examples") or []
+    table = data.evaluated[data.evaluated.scorer != "none"]
+    if not examples or table.empty:
+        return [], ""
+    sentence = f"sentence_{examples[-1]}"
+    size = table.hidden_size.max()
+    rows = table[table.hidden_size == size].copy()
+    rows["order"] = rows.scorer.map({s: i for i, s in enumerate(SCORER_ORDER)}).fillna(99)
+    panels = []
+    for _, row in rows.sort_values(["order", "reverse_source", "variant"]).iterrows():
+        folder = data.eval_dir / row.variant
+        with np.load(folder / "attention.npz") as arrays:
+            matrix = arrays[sentence]
+        pieces = json.loads((folder / "attention.json").read_text())[sentence]
+        target = pieces["target"][: len(matrix)]
+        panels.append({"label": row.variant, "matrix": matrix[: len(target)],
+                       "source": pieces["source"], "target": target})
+    title = f"Test {sentence.replace('_', ' ')} ({len(panels[0]['source']) - 1} source subwords)"
+    return panels, title
+
+
+def summary_table(data: StudyData) -> pd.DataFrame:
+    table = data.table.copy()
+    table["bleu_ci"] = [
+        f"{b:.2f} [{lo:.2f}, {hi:.2f}]" if pd.notna(b) else "-"
+        for b, lo, hi in zip(table.bleu, table.bleu_low, table.bleu_high)
+    ]
+    table["vs_none"] = [
+        f"{d:+.2f} (p={p:.3f})" if pd.notna(d) else "-"
+        for d, p in zip(table.delta_vs_none, table.p_vs_none)
+    ]
+    table["order"] = table.scorer.map({s: i for i, s in enumerate(SCORER_ORDER)}).fillna(99)
+    table = table.sort_values(["hidden_size", "order", "reverse_source", "variant"])
+    return table
+
+
+def _format_cell(value: Any) -> str:
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, float | np.floating):
+        return "-" if np.isnan(value) else (f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}")
+    return str(value)
+
+
+def _table_rows(table: pd.DataFrame) -> list[list[str]]:
+    return [[_format_cell(row[c]) for c in TABLE_COLUMNS] for _, row in table.iterrows()]
+
+
+def provenance(config: Config, root: Path, data: StudyData) -> dict[str, Any]:
+    return {
+        "git commit": git_commit(root),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "data hash (sha256 of data/tok)": data.sweep.get("data_hash", "unknown"),
+        "corpus": data.corpus.get("source", {}),
+        "sacreBLEU signature": data.evaluation.get("signature", "unknown"),
+        "decoding": f"beam {config.evaluate.beam_size}, length penalty "
+        f"{config.evaluate.length_penalty}",
+        "machine": machine(),
+        "MLflow parent run": data.sweep.get("parent_run_id", ""),
+    }
+
+
+def build_report(config: Config, root: Path, models_dir: Path, eval_dir: Path,
+                 raw_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """Write the whole report folder atomically; returns a small summary."""
+    from pipeline.report.pages import render_html, render_markdown
+
+    data = load_study(models_dir, eval_dir, raw_dir)
+    findings = all_findings(data)
+    with atomic_dir(out_dir) as tmp:
+        figures = tmp / "figures"
+        figures.mkdir()
+        written: dict[str, str] = {}
+        if not data.by_length.empty:
+            bleu_by_length_figure(data.by_length, figures / "bleu_by_length")
+            effects_figure(data.evaluated, figures / "effects")
+            written.update(bleu_by_length="figures/bleu_by_length", effects="figures/effects")
+        panels, title = heatmap_panels(data)
+        if panels:
+            heatmap_comparison_figure(panels, title, figures / "attention_heatmaps")
+            written["heatmaps"] = "figures/attention_heatmaps"
+        table = summary_table(data)
+        table.drop(columns=["order"]).to_csv(tmp / "summary.csv", index=False)
+        context = {
+            "title": config.report.title,
+            "findings": findings,
+            "figures": written,
+            "heatmap_title": title,
+            "headers": list(TABLE_COLUMNS.values()),
+            "rows": _table_rows(table),
+            "failed": table[table.status == "failed"][["variant", "error"]].values.tolist(),
+            "provenance": provenance(config, root, data),
+            "significance": data.significance,
+            "params": config.model_dump(),
+            "by_length": data.by_length,
+        }
+        (tmp / "index.html").write_text(render_html(context), encoding="utf-8")
+        (tmp / "README.md").write_text(render_markdown(context), encoding="utf-8")
+    return {"variants": len(data.table), "evaluated": len(data.evaluated),
+            "findings": [f.verdict for f in findings]}
+
+
+def escape(value: Any) -> str:
+    return html.escape(str(value))
+
+
+__all__ = ["Finding", "build_report", "escape"]
