@@ -52,8 +52,9 @@ class Tracker:
         experiment = self.client.get_experiment_by_name(config.experiment)
         if experiment is None:
             location = None
-            if self.uri.startswith("sqlite:") or self.uri.startswith("file:"):
-                location = (root / "mlartifacts").resolve().as_uri()
+            if self.uri.startswith("sqlite:///"):  # artifacts beside the database file
+                database = Path(self.uri[len("sqlite:///") :])
+                location = (database.parent / "mlartifacts").resolve().as_uri()
             self.experiment_id = self.client.create_experiment(
                 config.experiment, artifact_location=location
             )
