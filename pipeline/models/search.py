@@ -102,10 +102,12 @@ def beam_search(
     """Beam search over all sentences and beams at once; hypotheses are ranked by
     ``log p / steps ** length_penalty`` (steps include the final EOS).
 
-    Each step expands every beam, keeps the ``2k`` best candidates per sentence,
-    finishes the EOS candidates ranked among the first ``k`` and continues the ``k`` best
-    others. A sentence is done when it holds ``k`` finished hypotheses or reaches its
-    length limit (its live beams are then finished without EOS).
+    Each step expands every beam, keeps the ``2k`` best candidates per sentence, offers
+    the EOS candidates ranked among the first ``k`` to the sentence's ``k`` best finished
+    hypotheses, and continues the ``k`` best others. A sentence is done when it holds
+    ``k`` finished hypotheses and none is worse than its best live beam (normalised at the
+    current length, as Hugging Face's default), or at its length limit, where its live
+    beams are finished without EOS.
     """
     with _evaluating(model):
         return _BeamSearch(model, batch, beam_size, length_penalty, max_ratio).run()
@@ -126,9 +128,9 @@ class _BeamSearch:
         self.scores[:, 0] = 0.0  # one live beam at the start, so no duplicates
         self.parents, self.tokens, self.weights = [], [], []  # per step
         self.done = torch.zeros(B, dtype=torch.bool, device=device)
-        self.count = torch.zeros(B, dtype=torch.long, device=device)  # finished so far
-        self.final = {  # (B, k) slots of finished hypotheses
-            "score": torch.full((B, k), float("-inf"), device=device),
+        self.final = {  # (B, k) the k best finished hypotheses per sentence
+            "filled": torch.zeros((B, k), dtype=torch.bool, device=device),
+            "score": torch.full((B, k), float("-inf"), device=device),  # normalised
             "step": torch.zeros((B, k), dtype=torch.long, device=device),
             "row": torch.zeros((B, k), dtype=torch.long, device=device),
             "token": torch.zeros((B, k), dtype=torch.long, device=device),
@@ -163,8 +165,11 @@ class _BeamSearch:
         at_limit = (t + 1 >= self.limits)[:, None]  # (B, 1)
         finishing = (is_eos & (rank < k) | kept & at_limit) & ~self.done[:, None]
         self._store(t, finishing, top_scores, top_rows, top_tokens)
-        self.done |= (self.count >= k) | at_limit[:, 0]
-        self.scores = top_scores.gather(1, keep)
+        self.scores = top_scores.gather(1, keep)  # (B, k), best first
+        best_live = self.scores[:, 0] / float(t + 1) ** self.alpha
+        worst_final = self.final["score"].min(dim=1).values
+        full = self.final["filled"].all(dim=1)
+        self.done |= at_limit[:, 0] | full & (worst_final >= best_live)
         parents = top_rows.gather(1, keep).view(-1)  # (B * k,)
         tokens = top_tokens.gather(1, keep).view(-1)
         self.parents.append(parents)
@@ -172,16 +177,18 @@ class _BeamSearch:
         return parents, tokens
 
     def _store(self, t, finishing, scores, rows, tokens) -> None:
-        """Put finishing candidates, best first, into the free slots of their sentence."""
-        slot = self.count[:, None] + finishing.long().cumsum(dim=1) - 1  # (B, 2k)
-        finishing = finishing & (slot < self.k)
-        b, c = finishing.nonzero(as_tuple=True)
-        s = slot[b, c]
-        self.final["score"][b, s] = scores[b, c] / float(t + 1) ** self.alpha
-        self.final["step"][b, s] = t
-        self.final["row"][b, s] = rows[b, c]
-        self.final["token"][b, s] = tokens[b, c]
-        self.count += finishing.sum(dim=1)
+        """Merge the finishing candidates (B, 2k) into the k best finished hypotheses."""
+        new = {
+            "filled": finishing,
+            "score": (scores / float(t + 1) ** self.alpha).masked_fill(~finishing, float("-inf")),
+            "step": torch.full_like(rows, t),
+            "row": rows,
+            "token": tokens,
+        }
+        merged = {key: torch.cat([self.final[key], new[key]], dim=1) for key in new}  # (B, 3k)
+        rank_key = merged["score"].masked_fill(~merged["filled"], float("-inf"))
+        best = rank_key.topk(self.k, dim=1).indices  # (B, k)
+        self.final = {key: value.gather(1, best) for key, value in merged.items()}
 
     def _backtrack(self) -> Hypotheses:
         """Rebuild every sentence's best hypothesis from the back-pointers, all at once."""

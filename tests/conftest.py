@@ -1,0 +1,93 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+
+from pipeline.config import ModelConfig
+from pipeline.data.tokenized import TokenizedSplit
+
+# =============================================================================
+# Model / search / training fixtures (tests/test_attention, test_models, test_search,
+# test_batching, test_training). Names start with ``tiny_`` to stay clear of others.
+# =============================================================================
+
+TINY_SOURCE_WORDS = "ka lo mi nu pe ri so tu va xe".split()
+TINY_TARGET_WORDS = "red blue green gold grey pink black white teal plum".split()
+
+
+def tiny_sentence_pairs(count: int, seed: int) -> list[tuple[str, str]]:
+    """Toy parallel text: each source word maps to one target word, same order."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        positions = [rng.randrange(len(TINY_SOURCE_WORDS)) for _ in range(rng.randint(2, 6))]
+        source = " ".join(TINY_SOURCE_WORDS[i] for i in positions)
+        pairs.append((source, " ".join(TINY_TARGET_WORDS[i] for i in positions)))
+    return pairs
+
+
+def _train_sentencepiece(lines: list[str], prefix: Path) -> Path:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=str(prefix),
+        vocab_size=64,
+        model_type="bpe",
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        normalization_rule_name="identity",
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return prefix.with_suffix(".model")
+
+
+@pytest.fixture(scope="session")
+def tiny_tok_dir(tmp_path_factory) -> Path:
+    """A ``data/tok``-like folder: src/tgt sentencepiece models (BPE, ~64 pieces, ids
+    pad 0 unk 1 bos 2 eos 3) and train (48 pairs), dev (12) and test (12) npz splits."""
+    directory = tmp_path_factory.mktemp("tiny_tok")
+    splits = {"train": tiny_sentence_pairs(48, 1), "dev": tiny_sentence_pairs(12, 2)}
+    splits["test"] = tiny_sentence_pairs(12, 3)
+    processors = {}
+    for side, column in (("src", 0), ("tgt", 1)):
+        lines = [pair[column] for pair in splits["train"]]
+        model = _train_sentencepiece(lines, directory / side)
+        processors[side] = spm.SentencePieceProcessor(model_file=str(model))
+    for name, pairs in splits.items():
+        src = processors["src"].encode([s for s, _ in pairs])
+        tgt = processors["tgt"].encode([t for _, t in pairs])
+        TokenizedSplit.from_sequences(src, tgt).save(directory / f"{name}.npz")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_other_tokenizer(tmp_path_factory) -> Path:
+    """A sentencepiece model trained on different text (for mismatch tests)."""
+    directory = tmp_path_factory.mktemp("tiny_other_tok")
+    lines = [t.upper() for _, t in tiny_sentence_pairs(40, 9)]
+    return _train_sentencepiece(lines, directory / "other")
+
+
+@pytest.fixture
+def tiny_model_config() -> Callable[..., ModelConfig]:
+    """Factory of small, fast ModelConfigs (embedding 16, hidden 32, no dropout)."""
+
+    def make(**overrides) -> ModelConfig:
+        values = {"embedding_size": 16, "hidden_size": 32, "dropout": 0.0, **overrides}
+        return ModelConfig(**values)
+
+    return make
+
+
+# =============================================================================
+# (other fixtures below)
+# =============================================================================

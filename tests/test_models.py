@@ -1,0 +1,178 @@
+"""Seq2Seq: shapes, padding, every scorer/wiring learns a toy task, checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.data.batching import make_batch
+from pipeline.data.tokenized import PAD_ID, SubwordTokenizer, TokenizedData, TokenizedSplit
+from pipeline.models.checkpoint import VocabInfo, load_checkpoint, save_checkpoint
+from pipeline.models.search import beam_search, greedy_search
+from pipeline.models.seq2seq import Seq2Seq
+
+VOCAB = 24
+
+# Six pairs: the target is the source with every id shifted by +7 (ids 4..16 -> 11..23)
+# and the last two tokens swapped, so the model has to use the source, not a language model.
+SOURCES = [[4, 5, 6], [7, 8, 9, 10, 11], [12, 4], [5, 13, 14, 6], [15, 16, 8, 9, 10, 4], [9]]
+TARGETS = [[*(s + 7 for s in src[:-2]), src[-1] + 7, src[-2] + 7] for src in SOURCES[:-1]]
+TARGETS.append([SOURCES[-1][0] + 7])
+
+# (scorer, wiring, extra config) - every scorer, both wirings, input feeding, LSTM,
+# bidirectional/multi-layer encoders and source reversal are all made to overfit.
+OVERFIT_CASES = [
+    ("none", "luong", {}),
+    ("none", "luong", {"reverse_source": True}),
+    ("dot", "luong", {}),
+    ("scaled_dot", "luong", {}),
+    ("general", "luong", {"input_feeding": True}),
+    ("additive", "luong", {"cell": "lstm", "layers": 2}),
+    ("location", "luong", {}),
+    ("additive", "bahdanau", {"reverse_source": True}),
+    ("dot", "bahdanau", {"bidirectional": True, "cell": "lstm"}),
+]
+
+
+def _toy_batch(reverse_source: bool = False):
+    split = TokenizedSplit.from_sequences(SOURCES, TARGETS)
+    return make_batch(split, np.arange(len(SOURCES)), reverse_source=reverse_source)
+
+
+def _overfit(model: Seq2Seq, batch, max_steps: int = 400) -> float:
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
+    model.train()
+    for _ in range(max_steps):
+        loss, tokens = model.loss(batch)
+        optimizer.zero_grad()
+        (loss / tokens).backward()
+        optimizer.step()
+        if loss.item() / tokens < 0.01:
+            break
+    return loss.item() / tokens
+
+
+@pytest.mark.parametrize(("scorer", "wiring", "extra"), OVERFIT_CASES)
+def test_overfits_and_greedy_reproduces_targets(scorer, wiring, extra, tiny_model_config):
+    torch.manual_seed(0)
+    config = tiny_model_config(scorer=scorer, wiring=wiring, **extra)
+    model = Seq2Seq(config, VOCAB, VOCAB)
+    batch = _toy_batch(config.reverse_source)
+    assert _overfit(model, batch) < 0.05
+    hypotheses, attentions = greedy_search(model, batch)
+    assert hypotheses == TARGETS
+    beam_hypotheses, _ = beam_search(model, batch, beam_size=3)
+    assert beam_hypotheses == TARGETS
+    for source, target, attention in zip(SOURCES, TARGETS, attentions):
+        if scorer == "none":
+            assert attention is None
+        else:  # one row per target token + the EOS step, one column per source token + EOS
+            assert attention.shape == (len(target) + 1, len(source) + 1)
+            np.testing.assert_allclose(attention.sum(1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("wiring", ["luong", "bahdanau"])
+def test_logits_shape_and_padding_never_leaks(wiring, tiny_model_config):
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_model_config(scorer="additive", wiring=wiring), VOCAB, VOCAB).eval()
+    batch = _toy_batch()
+    logits = model(batch)
+    assert logits.shape == (*batch.tgt_in.shape, VOCAB)
+    # garbage in the padded source positions changes nothing
+    noisy_src = batch.src.masked_fill(~batch.src_mask, 17)
+    noisy = type(batch)(**{**batch.__dict__, "src": noisy_src})
+    torch.testing.assert_close(model(noisy), logits, rtol=0, atol=0)
+    # each sentence alone gives the same logits as inside the padded batch
+    for row in range(len(SOURCES)):
+        alone = make_batch(TokenizedSplit.from_sequences(SOURCES, TARGETS), np.array([row]))
+        length = len(TARGETS[row]) + 1
+        torch.testing.assert_close(model(alone)[0], logits[row, :length], rtol=1e-5, atol=1e-5)
+
+
+def test_loss_counts_real_tokens_and_label_smoothing_raises_it(tiny_model_config):
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_model_config(), VOCAB, VOCAB).eval()
+    batch = _toy_batch()
+    loss, tokens = model.loss(batch)
+    assert tokens == sum(len(t) + 1 for t in TARGETS)
+    logits = model(batch)
+    mask = batch.tgt_out != PAD_ID
+    expected = -torch.log_softmax(logits, -1).gather(-1, batch.tgt_out[..., None])[..., 0][mask]
+    torch.testing.assert_close(loss, expected.sum())
+    smoothed, _ = model.loss(batch, label_smoothing=0.1)
+    assert smoothed.item() != loss.item()
+
+
+def test_tied_embeddings_share_one_matrix(tiny_model_config):
+    config = tiny_model_config(embedding_size=32, tie_embeddings=True)
+    tied, untied = (
+        Seq2Seq(config, VOCAB, VOCAB),
+        Seq2Seq(tiny_model_config(embedding_size=32), VOCAB, VOCAB),
+    )
+    assert tied.generator.weight is tied.decoder.embedding.weight
+    assert untied.num_parameters() - tied.num_parameters() == VOCAB * 32
+    with pytest.raises(ValueError, match="tie_embeddings"):
+        Seq2Seq(tiny_model_config(embedding_size=16, tie_embeddings=True), VOCAB, VOCAB)
+
+
+def test_bidirectional_encoder_needs_even_hidden_size(tiny_model_config):
+    with pytest.raises(ValueError, match="hidden_size"):
+        Seq2Seq(tiny_model_config(hidden_size=33, bidirectional=True), VOCAB, VOCAB)
+
+
+def _vocab(tok_dir) -> VocabInfo:
+    return VocabInfo.from_data(TokenizedData(tok_dir))
+
+
+@pytest.mark.parametrize("scorer", ["none", "additive"])
+def test_checkpoint_round_trip_gives_identical_output(
+    scorer, tmp_path, tiny_model_config, tiny_tok_dir
+):
+    torch.manual_seed(0)
+    vocab = _vocab(tiny_tok_dir)
+    config = tiny_model_config(scorer=scorer, reverse_source=True, cell="lstm")
+    model = Seq2Seq(config, vocab.src_vocab_size, vocab.tgt_vocab_size)
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, model, vocab, "toy-variant", extra={"epoch": 3})
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary left
+    loaded = load_checkpoint(path, expected_vocab=vocab)
+    assert loaded.variant_id == "toy-variant" and loaded.config == config
+    assert loaded.extra == {"epoch": 3} and loaded.vocab == vocab
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, loaded.model.state_dict()[key]), key
+    split = TokenizedData(tiny_tok_dir).split("dev")
+    batch = make_batch(split, np.arange(len(split)), reverse_source=True)
+    assert greedy_search(model, batch)[0] == greedy_search(loaded.model, batch)[0]
+    first, second = (
+        beam_search(model, batch, beam_size=2),
+        beam_search(loaded.model, batch, beam_size=2),
+    )
+    assert first[0] == second[0]
+
+
+def test_checkpoint_with_other_tokenizer_is_rejected(
+    tmp_path, tiny_model_config, tiny_tok_dir, tiny_other_tokenizer
+):
+    vocab = _vocab(tiny_tok_dir)
+    model = Seq2Seq(tiny_model_config(), vocab.src_vocab_size, vocab.tgt_vocab_size)
+    path = tmp_path / "model.pt"
+    save_checkpoint(path, model, vocab, "toy")
+    other = SubwordTokenizer(tiny_other_tokenizer)
+    data = TokenizedData(tiny_tok_dir)
+    mismatched = VocabInfo.from_tokenizers(data.src_tokenizer, other)
+    with pytest.raises(ValueError) as error:
+        load_checkpoint(path, expected_vocab=mismatched)
+    message = str(error.value)
+    assert str(path) in message and "tgt_sha256" in message and "src_sha256" not in message
+    if other.vocab_size != data.tgt_tokenizer.vocab_size:
+        assert "tgt_vocab_size" in message
+
+
+def test_load_checkpoint_rejects_other_files(tmp_path):
+    path = tmp_path / "not_a_checkpoint.pt"
+    torch.save({"weights": torch.zeros(2)}, path)
+    with pytest.raises(ValueError, match="not a model checkpoint"):
+        load_checkpoint(path)
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        load_checkpoint(tmp_path / "missing.pt")

@@ -1,0 +1,210 @@
+"""train_variant on a tiny real tokenized corpus: outputs, determinism, resume, stops."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from pipeline import training
+from pipeline.config import TrainConfig
+from pipeline.data.tokenized import TokenizedData
+from pipeline.grid import Variant
+from pipeline.models.checkpoint import VocabInfo, load_checkpoint
+from pipeline.models.seq2seq import Seq2Seq
+from pipeline.training import HISTORY_FIELDS, TrainingDivergedError, train_variant
+
+
+class Interrupted(Exception):
+    """Stands in for a killed process."""
+
+
+@pytest.fixture
+def make_variant(tiny_model_config):
+    def make(scorer: str = "additive", **train) -> Variant:
+        model = tiny_model_config(scorer=scorer, dropout=0.1, reverse_source=True)
+        values = {"batch_tokens": 60, "learning_rate": 0.01, "max_epochs": 3, "patience": 5,
+                  "early_stopping_metric": "loss", "dev_bleu_sentences": 8, **train}  # fmt: skip
+        config = TrainConfig(**values)
+        return Variant(f"{scorer}-rev-h32-s{config.seed}", model, config, {"scorer": scorer})
+
+    return make
+
+
+def _weights(path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def _same_history(first: list[dict], second: list[dict]) -> None:
+    timing = {"tokens_per_s", "wall_time"}
+    strip = [
+        [{k: v for k, v in row.items() if k not in timing} for row in h] for h in (first, second)
+    ]
+    assert strip[0] == strip[1]
+
+
+def _same_weights(first, second) -> None:
+    a, b = _weights(first), _weights(second)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_outputs_and_result(make_variant, tiny_tok_dir, tmp_path):
+    rows = []
+    result = train_variant(make_variant(), tiny_tok_dir, tmp_path, callback=rows.append)
+    assert result.stop_reason == "max_epochs" and result.epochs_run == 3
+    assert [row["epoch"] for row in rows] == [1, 2, 3] and result.history == rows
+    assert rows[-1]["dev_loss"] < rows[0]["dev_loss"]  # it learns
+    assert result.best_dev_loss == min(row["dev_loss"] for row in rows)
+    assert result.best_epoch == 1 + [r["dev_loss"] for r in rows].index(result.best_dev_loss)
+    assert result.steps == rows[-1]["step"] > 0 and result.tokens_per_s > 0
+    assert result.parameter_count > 0 and result.wall_time_s > 0
+    with open(tmp_path / "history.csv") as handle:
+        history = list(csv.DictReader(handle))
+    assert tuple(history[0]) == HISTORY_FIELDS and len(history) == 3
+    assert float(history[1]["dev_loss"]) == pytest.approx(rows[1]["dev_loss"])
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["variant"] == result.variant_id and config["params"]["model.scorer"] == "additive"
+    loaded = load_checkpoint(
+        tmp_path / "checkpoint.pt", expected_vocab=VocabInfo.from_data(TokenizedData(tiny_tok_dir))
+    )
+    assert loaded.extra["epoch"] == result.best_epoch and loaded.variant_id == result.variant_id
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.pt", "config.json", "history.csv", "last.pt"
+    ]  # fmt: skip
+
+
+def test_same_seed_gives_identical_history_and_weights(make_variant, tiny_tok_dir, tmp_path):
+    variant = make_variant("location", max_epochs=2)
+    first = train_variant(variant, tiny_tok_dir, tmp_path / "a")
+    second = train_variant(variant, tiny_tok_dir, tmp_path / "b")
+    _same_history(first.history, second.history)
+    _same_weights(tmp_path / "a" / "checkpoint.pt", tmp_path / "b" / "checkpoint.pt")
+    other = train_variant(
+        make_variant("location", max_epochs=2, seed=2), tiny_tok_dir, tmp_path / "c"
+    )
+    assert other.history[0]["train_loss"] != first.history[0]["train_loss"]
+
+
+@pytest.mark.parametrize("eval_every_steps", [0, 3])
+def test_resume_after_interruption_matches_uninterrupted_run(
+    make_variant, tiny_tok_dir, tmp_path, eval_every_steps
+):
+    variant = make_variant("general", eval_every_steps=eval_every_steps, lr_patience=0)
+    reference = train_variant(variant, tiny_tok_dir, tmp_path / "reference")
+
+    def crash_after_epoch_two(row):
+        if row["epoch"] == 2:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=crash_after_epoch_two)
+    rows = []
+    resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=rows.append)
+    assert [row["epoch"] for row in rows] == [3]  # only the missing epoch was trained
+    _same_history(resumed.history, reference.history)
+    assert resumed.steps == reference.steps and resumed.best_epoch == reference.best_epoch
+    for name in ("checkpoint.pt", "last.pt"):
+        reference_state = torch.load(tmp_path / "reference" / name, weights_only=True)
+        resumed_state = torch.load(tmp_path / "run" / name, weights_only=True)
+        key = "state_dict" if name == "checkpoint.pt" else "model"
+        for parameter in reference_state[key]:
+            assert torch.equal(reference_state[key][parameter], resumed_state[key][parameter])
+    # a finished run resumes to the same result without training again
+    again = train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=rows.append)
+    assert len(rows) == 1 and again.steps == resumed.steps
+
+
+def test_resume_false_starts_over(make_variant, tiny_tok_dir, tmp_path):
+    variant = make_variant("dot", max_epochs=1)
+    first = train_variant(variant, tiny_tok_dir, tmp_path)
+    again = train_variant(variant, tiny_tok_dir, tmp_path, resume=False)
+    assert again.steps == first.steps and len(again.history) == 1
+
+
+def test_nan_loss_raises_and_writes_no_checkpoint(
+    make_variant, tiny_tok_dir, tmp_path, monkeypatch
+):
+    original = Seq2Seq.loss
+
+    def nan_after_two_steps(self, batch, label_smoothing=0.0):
+        total, tokens = original(self, batch, label_smoothing)
+        nan_after_two_steps.calls += 1
+        return (total * math.nan if nan_after_two_steps.calls > 2 else total), tokens
+
+    nan_after_two_steps.calls = 0
+    monkeypatch.setattr(Seq2Seq, "loss", nan_after_two_steps)
+    with pytest.raises(
+        TrainingDivergedError, match=r"variant none-rev-h32-s1: loss is nan at epoch 1 step 3"
+    ):
+        train_variant(make_variant("none"), tiny_tok_dir, tmp_path)
+    assert not (tmp_path / "checkpoint.pt").exists() and not (tmp_path / "last.pt").exists()
+
+
+def test_nan_gradient_raises(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
+    original = Seq2Seq.loss
+
+    def finite_loss_nan_gradient(self, batch, label_smoothing=0.0):
+        total, tokens = original(self, batch, label_smoothing)
+        weight = self.generator.weight
+        return total + torch.sqrt(weight.sum() * 0.0), tokens  # value + 0, gradient 0 * inf
+
+    monkeypatch.setattr(Seq2Seq, "loss", finite_loss_nan_gradient)
+    with pytest.raises(
+        TrainingDivergedError, match="dot-rev-h32-s1: gradient norm is nan at epoch 1 step 1"
+    ):
+        train_variant(make_variant("dot"), tiny_tok_dir, tmp_path)
+    assert not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_step_budget_stops_cleanly(make_variant, tiny_tok_dir, tmp_path):
+    result = train_variant(make_variant("scaled_dot", max_steps=3), tiny_tok_dir, tmp_path)
+    assert result.stop_reason == "max_steps" and result.steps == 3
+    assert len(result.history) == 1 and result.history[0]["step"] == 3
+    assert load_checkpoint(tmp_path / "checkpoint.pt").extra["step"] == 3
+
+
+def test_time_budget_stops_cleanly(make_variant, tiny_tok_dir, tmp_path):
+    result = train_variant(make_variant(time_budget_minutes=1e-9), tiny_tok_dir, tmp_path)
+    assert result.stop_reason == "time_budget" and result.steps == 1
+    assert (tmp_path / "checkpoint.pt").exists()
+
+
+def test_plateau_decays_learning_rate_then_stops_early(
+    make_variant, tiny_tok_dir, tmp_path, monkeypatch
+):
+    losses = iter([2.0, 1.0, 1.5, 1.4, 1.2, 1.1, 0.5])
+    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    variant = make_variant(max_epochs=10, patience=3, lr_patience=1, lr_decay=0.5)
+    result = train_variant(variant, tiny_tok_dir, tmp_path)
+    assert result.stop_reason == "early_stopping" and result.epochs_run == 5
+    assert result.best_epoch == 2 and result.best_dev_loss == 1.0
+    # epochs 3, 4 bad -> decay after epoch 4 (lr_patience 1); epoch 5 bad -> stop (patience 3)
+    assert [row["learning_rate"] for row in result.history] == [0.01, 0.01, 0.01, 0.01, 0.005]
+
+
+def test_bleu_selects_the_best_epoch(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
+    scores = iter([5.0, 9.0, 7.0])
+    monkeypatch.setattr(training, "dev_bleu", lambda *args, **kwargs: next(scores))
+    result = train_variant(make_variant(early_stopping_metric="bleu"), tiny_tok_dir, tmp_path)
+    assert result.best_epoch == 2 and result.best_dev_bleu == 9.0
+    assert load_checkpoint(tmp_path / "checkpoint.pt").extra["dev_bleu"] == 9.0
+
+
+def test_dev_bleu_scores_detokenized_greedy_output(tiny_tok_dir, tiny_model_config, monkeypatch):
+    data = TokenizedData(tiny_tok_dir)
+    dev = data.split("dev")
+    vocab = VocabInfo.from_data(data)
+    model = Seq2Seq(tiny_model_config(), vocab.src_vocab_size, vocab.tgt_vocab_size)
+    references = [dev.target(i).tolist() for i in range(len(dev))]
+    monkeypatch.setattr(training, "translate", lambda *args, **kwargs: (references, None))
+    assert training.dev_bleu(
+        model, dev, data.tgt_tokenizer, max_ratio=2.0, device="cpu"
+    ) == pytest.approx(100.0)
+    half = [ids[: len(ids) // 2] for ids in references]
+    monkeypatch.setattr(training, "translate", lambda *args, **kwargs: (half, None))
+    assert training.dev_bleu(model, dev, data.tgt_tokenizer, max_ratio=2.0, device="cpu") < 100.0
