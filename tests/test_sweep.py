@@ -1,0 +1,169 @@
+"""The train stage end to end: real local Ray Tune, real MLflow SQLite store."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.helpers import REPO_ROOT
+from tests.study import make_project, stage, train_args
+
+pytestmark = pytest.mark.slow
+
+
+def runs(root):
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("test")
+    return client, client.search_runs([experiment.experiment_id])
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    params = make_project(root)
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root, params
+
+
+def test_grid_trains_every_variant_with_outputs(trained):
+    root, _ = trained
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    ids = {"none-fwd-h16-s1", "none-rev-h16-s1", "additive-fwd-h16-s1", "additive-rev-h16-s1"}
+    assert set(sweep["variants"]) == ids
+    for variant_id, info in sweep["variants"].items():
+        assert info["status"] == "finished" and info["attempts"] == 1
+        assert info["parameter_count"] > 0 and info["tokens_per_s"] > 0
+        folder = root / "models" / variant_id
+        for name in ("checkpoint.pt", "history.csv", "config.json", "result.json"):
+            assert (folder / name).is_file(), (variant_id, name)
+    assert (root / "models" / "additive-fwd-h16-s1" / "dev_attention.png").is_file()
+    assert not (root / "models" / "none-fwd-h16-s1" / "dev_attention.png").exists()
+
+
+def test_mlflow_children_nest_under_one_parent_with_epoch_metrics(trained):
+    root, _ = trained
+    client, all_runs = runs(root)
+    parents = [r for r in all_runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in all_runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 4
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    assert sweep["parent_run_id"] == parents[0].info.run_id
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert child.info.status == "FINISHED"
+        assert child.data.params["model.hidden_size"] == "16"
+        assert child.data.tags["variant"] == child.info.run_name
+        assert {"git_commit", "data_hash"} <= set(child.data.tags)
+        history = client.get_metric_history(child.info.run_id, "dev_loss")
+        epochs = sweep["variants"][child.info.run_name]["epochs_run"]
+        assert [m.step for m in history] == list(range(1, epochs + 1))
+        for metric in ("train_loss", "dev_bleu", "tokens_per_s", "learning_rate"):
+            assert metric in child.data.metrics
+        artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
+        assert {"history.csv", "config.json"} <= artifacts
+
+
+def test_rerun_trains_nothing_and_a_new_axis_value_trains_only_new_variants(trained, tmp_path):
+    root, params = trained
+    before = {p: digest(p) for p in (root / "models").glob("*/checkpoint.pt")}
+    mtimes = {p: p.stat().st_mtime_ns for p in before}
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert {p: digest(p) for p in before} == before
+    assert {p: p.stat().st_mtime_ns for p in before} == mtimes
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    assert {v["status"] for v in sweep["variants"].values()} == {"cached"}
+    _, all_runs = runs(root)
+    assert len([r for r in all_runs if "mlflow.parentRunId" in r.data.tags]) == 4
+
+    grown = params.read_text().replace("- additive\n", "- additive\n    - dot\n")
+    assert grown != params.read_text()
+    bigger = tmp_path / "params.yaml"
+    bigger.write_text(grown)
+    result = stage("stages.train", bigger, root, *train_args(root))
+    assert result.returncode == 0, result.stderr[-2000:]
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    statuses = {k: v["status"] for k, v in sweep["variants"].items()}
+    assert statuses["dot-fwd-h16-s1"] == statuses["dot-rev-h16-s1"] == "finished"
+    assert [s for k, s in statuses.items() if not k.startswith("dot")] == ["cached"] * 4
+    assert {p: digest(p) for p in before} == before
+
+
+def test_killed_sweep_resumes_without_retraining_finished_variants(tmp_path):
+    root = tmp_path
+    params = make_project(
+        root,
+        max_epochs=3,
+        ray={"storage_path": str(root / "ray_results"), "max_concurrent_trials": 1},
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    command = [sys.executable, "-m", "stages.train", "--params", str(params), *train_args(root)]
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 240
+    finished = []
+    while time.time() < deadline and not finished:
+        finished = list((root / "models").glob("*/result.json"))
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert finished, "no variant finished before the deadline"
+    first = finished[0].parent
+    kept = digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns
+    _, before = runs(root)
+    first_runs = [r for r in before if r.info.run_name == first.name]
+
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns) == kept
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    assert sweep["variants"][first.name]["status"] == "cached"
+    assert all(v["status"] in ("cached", "finished") for v in sweep["variants"].values())
+    _, after = runs(root)
+    assert len([r for r in after if r.info.run_name == first.name]) == len(first_runs) == 1
+    # one child run per variant, all under the resumed parent
+    children = [r for r in after if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.info.run_name for r in children) == sorted(sweep["variants"])
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {sweep["parent_run_id"]}
+
+
+def test_failing_trial_is_retried_reported_and_others_finish(tmp_path):
+    # lr 1e36 makes the loss overflow at step 2: a real divergence, caught by the trainer
+    root = tmp_path
+    grid = {"scorer": ["none", "additive"], "hidden_size": [16], "learning_rate": [0.01, 1e36]}
+    params = make_project(root, grid=grid, max_epochs=1)
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "2 of 4 variants failed" in errors[0], result.stderr[-3000:]
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    for variant_id, info in sweep["variants"].items():
+        if variant_id.endswith("lr1e+36"):
+            assert info["status"] == "failed" and info["attempts"] == 2
+            assert variant_id in errors[0] and info["error"]
+        else:
+            assert info["status"] == "finished"
+    _, all_runs = runs(root)
+    statuses = {
+        r.info.run_name: r.info.status for r in all_runs if "mlflow.parentRunId" in r.data.tags
+    }
+    assert statuses == {
+        k: "FAILED" if k.endswith("lr1e+36") else "FINISHED" for k in sweep["variants"]
+    }
