@@ -32,7 +32,7 @@ import torch
 from sacrebleu.metrics import BLEU
 from tqdm import tqdm
 
-from pipeline.data.batching import epoch_batches, make_batch, token_batches
+from pipeline.data.batching import epoch_batches, make_batch, padding_fraction, token_batches
 from pipeline.data.tokenized import SubwordTokenizer, TokenizedData, TokenizedSplit
 from pipeline.grid import Variant
 from pipeline.io import write_json, write_text
@@ -157,6 +157,9 @@ class _Trainer:
     def _train_epoch(self) -> None:
         p, cfg = self.progress, self.cfg
         batches = epoch_batches(self.train_split, cfg.batch_tokens, seed=cfg.seed, epoch=p.epoch)
+        padding = padding_fraction(self.train_split, batches)
+        logger.info("%s epoch %d: %d batches, padding %s", self.variant.id, p.epoch, len(batches),
+                    _format(padding))  # fmt: skip
         quiet, reverse = not sys.stderr.isatty(), self.variant.model.reverse_source
         bar = tqdm(total=len(batches), initial=p.batch_position, leave=False, disable=quiet)
         for position in range(p.batch_position, len(batches)):
