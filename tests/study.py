@@ -45,6 +45,7 @@ def tiny_params(root: Path, **train) -> dict:
         },
         "tracking": {"uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "test"},
         "evaluate": {"beam_size": 2, "bootstrap_samples": 50, "attention_examples": 3},
+        "report": {"title": "Tiny study"},
     }
 
 
