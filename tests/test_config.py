@@ -88,3 +88,9 @@ def test_grid_extra_axis_in_variant_id_and_select(tmp_path):
     assert variants[2].config_hash("a") != variants[3].config_hash("a")
     with pytest.raises(ConfigError, match="--only: not in the grid: x"):
         select(variants, ["x"])
+
+
+def test_gpu_cluster_preset_is_a_valid_params_file():
+    config = load_config(REPO_ROOT / "presets" / "gpu-cluster.yaml")
+    assert config.train.ray.gpus_per_trial > 0
+    assert len(expand_grid(config)) == 6 * 2 * 3 * 3

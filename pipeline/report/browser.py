@@ -15,8 +15,13 @@ from pathlib import Path
 
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -61,7 +66,8 @@ def check_page(page_path: Path, screenshot: Path | None = None) -> PageCheck:
             page.on("requestfailed", lambda r: result.failed_requests.append(r.url))
             page.goto(Path(page_path).resolve().as_uri(), wait_until="load")
             images = page.eval_on_selector_all(
-                "img", "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])"
+                "img",
+                "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])",
             )
             result.images = len(images)
             result.broken_images = [src for src, ok in images if not ok]

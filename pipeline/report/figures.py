@@ -11,6 +11,9 @@ matplotlib.use("Agg")  # files only, never a window (and no display needed)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+MAX_TARGET_ROWS = 60
+"""Output steps shown per heatmap panel."""
+
 DEV_EXAMPLE_SUBWORDS = 25
 """The dev heatmap shows the dev sentence whose source is closest to this many subwords:
 long enough to show an alignment, short enough to read."""
@@ -95,10 +98,23 @@ def bleu_by_length_figure(by_length, path: Path) -> list[Path]:
         for (scorer, reverse), curve in panel.groupby(["scorer", "reverse_source"], sort=False):
             x = [labels.index(b) for b in curve["bucket"]]
             label = f"{scorer}{' (rev)' if reverse else ''}"
-            ax.plot(x, curve["bleu"], _LINESTYLE[bool(reverse)], color=colours[scorer],
-                    marker="o", markersize=3, label=label)
-            ax.fill_between(x, curve["bleu_low"], curve["bleu_high"], color=colours[scorer],
-                            alpha=0.12, linewidth=0)
+            ax.plot(
+                x,
+                curve["bleu"],
+                _LINESTYLE[bool(reverse)],
+                color=colours[scorer],
+                marker="o",
+                markersize=3,
+                label=label,
+            )
+            ax.fill_between(
+                x,
+                curve["bleu_low"],
+                curve["bleu_high"],
+                color=colours[scorer],
+                alpha=0.12,
+                linewidth=0,
+            )
         ax.set_xticks(range(len(labels)), labels)
         ax.set_xlabel("source sentence length (words)")
         ax.set_ylabel("test BLEU")
@@ -113,24 +129,31 @@ def heatmap_comparison_figure(panels: list[dict], title: str, path: Path) -> lis
     """The same test sentence under several variants, one shared colour scale.
 
     ``panels``: dicts with ``label``, ``matrix`` (T, S), ``source`` and ``target`` pieces,
-    laid out in rows of two (forward | reversed).
+    laid out in rows of two (forward | reversed). Each panel shows at most
+    ``MAX_TARGET_ROWS`` output steps, so a model stuck repeating itself stays readable.
     """
+    panels = [
+        dict(p, matrix=p["matrix"][:MAX_TARGET_ROWS], target=p["target"][:MAX_TARGET_ROWS])
+        for p in panels
+    ]
     vmax = max(float(p["matrix"].max()) for p in panels)
-    rows = (len(panels) + 1) // 2
     cols = 2 if len(panels) > 1 else 1
-    width = max(len(p["source"]) for p in panels)
-    height = max(len(p["target"]) for p in panels)
-    fig, axes = plt.subplots(rows, cols, squeeze=False,
-                             figsize=(cols * (0.16 * width + 1.6), rows * (0.16 * height + 1.0)))
+    rows = (len(panels) + cols - 1) // cols
+    width = min(7.0, 0.12 * max(len(p["source"]) for p in panels) + 1.4)
+    height = min(7.0, 0.12 * max(len(p["target"]) for p in panels) + 1.2)
+    fig, axes = plt.subplots(
+        rows, cols, squeeze=False, figsize=(cols * width, rows * height), layout="constrained"
+    )
     for ax in axes.flat:
         ax.axis("off")
     image = None
     for ax, panel in zip(axes.flat, panels):
         ax.axis("on")
         image = draw_heatmap(ax, panel["matrix"], panel["source"], panel["target"], vmax=vmax)
-        ax.set_title(panel["label"], fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.colorbar(image, ax=axes, fraction=0.02, label="attention weight")
+        ax.tick_params(labelsize=5)
+        ax.set_title(panel["label"], fontsize=9)
+    fig.suptitle(title, fontsize=11)
+    fig.colorbar(image, ax=axes, shrink=0.4, label="attention weight")
     return save_figure(fig, path, FORMATS)
 
 
@@ -140,10 +163,17 @@ def effects_figure(table, path: Path) -> list[Path]:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for (scorer, reverse), rows in table.groupby(["scorer", "reverse_source"], sort=False):
         rows = rows.sort_values("hidden_size")
-        left.errorbar(rows["hidden_size"], rows["bleu"],
-                      yerr=[rows["bleu"] - rows["bleu_low"], rows["bleu_high"] - rows["bleu"]],
-                      fmt=_LINESTYLE[bool(reverse)], marker="o", markersize=3, capsize=2,
-                      color=colours[scorer], label=f"{scorer}{' (rev)' if reverse else ''}")
+        left.errorbar(
+            rows["hidden_size"],
+            rows["bleu"],
+            yerr=[rows["bleu"] - rows["bleu_low"], rows["bleu_high"] - rows["bleu"]],
+            fmt=_LINESTYLE[bool(reverse)],
+            marker="o",
+            markersize=3,
+            capsize=2,
+            color=colours[scorer],
+            label=f"{scorer}{' (rev)' if reverse else ''}",
+        )
     left.set_xlabel("hidden size")
     left.set_ylabel("test BLEU")
     left.set_title("BLEU vs hidden size")
@@ -155,10 +185,13 @@ def effects_figure(table, path: Path) -> list[Path]:
         rev = table[(table.scorer == scorer) & table.reverse_source].set_index("hidden_size")
         common = fwd.index.intersection(rev.index)
         if len(common):
-            gains.append((scorer, float((rev.loc[common, "bleu"] - fwd.loc[common, "bleu"]).mean())))
+            gains.append(
+                (scorer, float((rev.loc[common, "bleu"] - fwd.loc[common, "bleu"]).mean()))
+            )
     if gains:
-        right.bar([g[0] for g in gains], [g[1] for g in gains],
-                  color=[colours[g[0]] for g in gains])
+        right.bar(
+            [g[0] for g in gains], [g[1] for g in gains], color=[colours[g[0]] for g in gains]
+        )
     right.axhline(0, color="black", linewidth=0.8)
     right.set_ylabel("BLEU(reversed) - BLEU(forward)")
     right.set_title("Reversal gain per scorer")

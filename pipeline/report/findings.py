@@ -38,7 +38,9 @@ def length_effect(data: StudyData) -> Finding:
         "stay nearly flat (Bahdanau et al. 2014, Fig. 2; Cho et al. 2014)."
     )
     if none.empty or attn.empty:
-        return Finding("Length", literature, "Needs `none` and attention variants.", "not measurable")
+        return Finding(
+            "Length", literature, "Needs `none` and attention variants.", "not measurable"
+        )
     drops = {
         name: _bucket_bleu(data, group, 1) - _bucket_bleu(data, group, -1)
         for name, group in (("none", none), ("attention", attn))
@@ -73,7 +75,9 @@ def reversal_effect(data: StudyData) -> Finding:
     none_gain = _reversal_gain(table, ["none"])
     attn_gain = _reversal_gain(table, [s for s in table.scorer.unique() if s != "none"])
     if np.isnan(none_gain) or np.isnan(attn_gain):
-        return Finding("Reversal", literature, "Needs reversed and forward twins.", "not measurable")
+        return Finding(
+            "Reversal", literature, "Needs reversed and forward twins.", "not measurable"
+        )
     measured = (
         f"Reversal changes BLEU by {none_gain:+.2f} without attention and by {attn_gain:+.2f} "
         "with attention (mean over scorers and hidden sizes)."
@@ -87,7 +91,9 @@ def additive_vs_multiplicative(data: StudyData) -> Finding:
     literature = "Additive attention is slightly better than multiplicative (Britz et al. 2017)."
     additive, general = table[table.scorer == "additive"], table[table.scorer == "general"]
     if additive.empty or general.empty:
-        return Finding("Scorer", literature, "Needs additive and general variants.", "not measurable")
+        return Finding(
+            "Scorer", literature, "Needs additive and general variants.", "not measurable"
+        )
     delta = float(additive.bleu.mean() - general.bleu.mean())
     measured = f"Additive minus general: {delta:+.2f} BLEU (mean over matching variants)."
     return Finding("Scorer", literature, measured, "agrees" if delta > 0 else "disagrees")
@@ -117,7 +123,9 @@ def hidden_size_effect(data: StudyData) -> Finding:
         f"From hidden {sizes[0]} to {sizes[-1]}: dot/general {unscaled:+.2f} BLEU, "
         f"scaled dot/additive {scaled:+.2f} BLEU."
     )
-    return Finding("Hidden size", literature, measured, "agrees" if unscaled < scaled else "disagrees")
+    return Finding(
+        "Hidden size", literature, measured, "agrees" if unscaled < scaled else "disagrees"
+    )
 
 
 def all_findings(data: StudyData) -> list[Finding]:

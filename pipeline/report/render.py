@@ -52,7 +52,7 @@ def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
     table = data.evaluated[data.evaluated.scorer != "none"]
     if not examples or table.empty:
         return [], ""
-    sentence = f"sentence_{examples[-1]}"
+    sentence = f"sentence_{_heatmap_example(data, examples)}"
     size = table.hidden_size.max()
     rows = table[table.hidden_size == size].copy()
     rows["order"] = rows.scorer.map({s: i for i, s in enumerate(SCORER_ORDER)}).fillna(99)
@@ -63,10 +63,28 @@ def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
             matrix = arrays[sentence]
         pieces = json.loads((folder / "attention.json").read_text())[sentence]
         target = pieces["target"][: len(matrix)]
-        panels.append({"label": row.variant, "matrix": matrix[: len(target)],
-                       "source": pieces["source"], "target": target})
+        panels.append(
+            {
+                "label": row.variant,
+                "matrix": matrix[: len(target)],
+                "source": pieces["source"],
+                "target": target,
+            }
+        )
     title = f"Test {sentence.replace('_', ' ')} ({len(panels[0]['source']) - 1} source subwords)"
     return panels, title
+
+
+HEATMAP_MAX_SOURCE = 40
+"""The heatmap sentence: the longest attention example with at most this many source
+subwords (long enough to show reordering, short enough to read its tick labels)."""
+
+
+def _heatmap_example(data: StudyData, examples: list[int]) -> int:
+    some = data.evaluated.variant[data.evaluated.scorer != "none"].iloc[0]
+    pieces = json.loads((data.eval_dir / some / "attention.json").read_text())
+    fitting = [i for i in examples if len(pieces[f"sentence_{i}"]["source"]) <= HEATMAP_MAX_SOURCE]
+    return (fitting or examples)[-1]
 
 
 def summary_table(data: StudyData) -> pd.DataFrame:
@@ -88,7 +106,9 @@ def _format_cell(value: Any) -> str:
     if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
     if isinstance(value, float | np.floating):
-        return "-" if np.isnan(value) else (f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}")
+        return (
+            "-" if np.isnan(value) else (f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}")
+        )
     return str(value)
 
 
@@ -110,8 +130,9 @@ def provenance(config: Config, root: Path, data: StudyData) -> dict[str, Any]:
     }
 
 
-def build_report(config: Config, root: Path, models_dir: Path, eval_dir: Path,
-                 raw_dir: Path, out_dir: Path) -> dict[str, Any]:
+def build_report(
+    config: Config, root: Path, models_dir: Path, eval_dir: Path, raw_dir: Path, out_dir: Path
+) -> dict[str, Any]:
     """Write the whole report folder atomically; returns a small summary."""
     from pipeline.report.pages import render_html, render_markdown
 
@@ -146,8 +167,11 @@ def build_report(config: Config, root: Path, models_dir: Path, eval_dir: Path,
         }
         (tmp / "index.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "README.md").write_text(render_markdown(context), encoding="utf-8")
-    return {"variants": len(data.table), "evaluated": len(data.evaluated),
-            "findings": [f.verdict for f in findings]}
+    return {
+        "variants": len(data.table),
+        "evaluated": len(data.evaluated),
+        "findings": [f.verdict for f in findings],
+    }
 
 
 def escape(value: Any) -> str:

@@ -1,0 +1,59 @@
+"""Pilot behind ``train.batch_tokens``: dev loss/BLEU after a fixed number of epochs for
+several batch sizes, on the real tokenized data (run ``dvc repro tokenize`` first).
+
+    python -m benchmarks.batch_size_pilot --scorer none --hidden-size 256 \\
+        --batch-tokens 500 1000 3000 --epochs 1
+
+Each batch size trains one variant from the same seed, one after the other, with one
+thread; the table compares them after the same number of epochs (same tokens seen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+from pathlib import Path
+
+import torch
+
+from pipeline.config import load_config
+from pipeline.grid import Variant
+from pipeline.training import train_variant
+
+logger = logging.getLogger("benchmarks.batch_size_pilot")
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--params", default="params.yaml")
+    cli.add_argument("--tok", default="data/tok")
+    cli.add_argument("--scorer", default="none")
+    cli.add_argument("--hidden-size", type=int, default=256)
+    cli.add_argument("--batch-tokens", type=int, nargs="+", default=[1000, 3000])
+    cli.add_argument("--epochs", type=int, default=1)
+    args = cli.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(1)
+    config = load_config(args.params)
+    model = config.model.model_copy(update={"scorer": args.scorer, "hidden_size": args.hidden_size})
+    rows = []
+    for batch_tokens in args.batch_tokens:
+        train = config.train.model_copy(
+            update={"batch_tokens": batch_tokens, "max_epochs": args.epochs, "patience": 99}
+        )
+        variant = Variant(f"pilot-bt{batch_tokens}", model, train, {})
+        with tempfile.TemporaryDirectory() as out_dir:
+            result = train_variant(variant, Path(args.tok), Path(out_dir), resume=False)
+        last = result.history[-1]
+        rows.append(
+            (batch_tokens, result.steps, last["dev_loss"], last["dev_bleu"], last["tokens_per_s"])
+        )
+    print("| batch_tokens | steps | dev loss | dev BLEU | tokens/s |")
+    print("|---|---|---|---|---|")
+    for batch_tokens, steps, loss, bleu, speed in rows:
+        print(f"| {batch_tokens} | {steps} | {loss:.3f} | {bleu:.2f} | {speed:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
