@@ -155,10 +155,9 @@ def batch_statistics(batches: list[Batch]) -> dict[str, float]:
 def time_decoding(model: Seq2Seq, split: TokenizedSplit, beam_size: int) -> dict:
     """Sentences/s of ``pipeline.decoding.decode_split`` (its batch sizes, length-sorted)."""
     config = EvaluateConfig(beam_size=beam_size)
-    reverse = model.config.reverse_source
-    decode_split(model, split.subset(np.arange(16)), config, reverse, MAX_DECODE_RATIO, "cpu")
+    decode_split(model, split.subset(np.arange(16)), config, MAX_DECODE_RATIO, "cpu")
     start = time.perf_counter()
-    hypotheses, _ = decode_split(model, split, config, reverse, MAX_DECODE_RATIO, "cpu")
+    hypotheses, _ = decode_split(model, split, config, MAX_DECODE_RATIO, "cpu")
     seconds = time.perf_counter() - start
     limits = np.floor(MAX_DECODE_RATIO * split.src_lengths) + 10
     lengths = np.array([len(h) for h in hypotheses])

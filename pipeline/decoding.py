@@ -16,13 +16,12 @@ import numpy as np
 import torch
 
 from pipeline.config import EvaluateConfig
-from pipeline.data.batching import inference_batches
 from pipeline.data.split import length_bucket
 from pipeline.data.tokenized import TokenizedData
 from pipeline.evaluation import attention_entropy, monotonicity_gap
 from pipeline.io import atomic_path, write_json, write_text
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
-from pipeline.models.search import beam_search, greedy_search
+from pipeline.models.search import translate
 
 logger = logging.getLogger(__name__)
 
@@ -53,31 +52,18 @@ def attention_example_indices(
     return np.array(sorted(chosen, key=lambda i: (source_words[i], i)), dtype=np.int64)
 
 
-def decode_split(model, split, config: EvaluateConfig, reverse: bool, max_ratio: float, device):
-    """Hypotheses and attention for every sentence of ``split``, in original order."""
-    order = np.argsort(split.src_lengths, kind="stable")
-    hypotheses: list[list[int]] = [[] for _ in range(len(split))]
-    attentions: list[np.ndarray | None] = [None] * len(split)
-    for batch in inference_batches(
+def decode_split(model, split, config: EvaluateConfig, max_ratio: float, device):
+    """Hypotheses and attention for every sentence of ``split``, in original order, with
+    the batch size measured best for greedy or beam search."""
+    return translate(
+        model,
         split,
+        beam_size=config.beam_size,
+        length_penalty=config.length_penalty,
+        max_ratio=max_ratio,
         batch_size=GREEDY_BATCH_SENTENCES if config.beam_size == 1 else BEAM_BATCH_SENTENCES,
-        reverse_source=reverse,
-        indices=order,
-    ):
-        batch = batch.to(device)
-        if config.beam_size == 1:
-            hyps, atts = greedy_search(model, batch, max_ratio=max_ratio)
-        else:
-            hyps, atts = beam_search(
-                model,
-                batch,
-                beam_size=config.beam_size,
-                length_penalty=config.length_penalty,
-                max_ratio=max_ratio,
-            )
-        for row, index in enumerate(batch.indices):
-            hypotheses[index], attentions[index] = hyps[row], atts[row]
-    return hypotheses, attentions
+        device=device,
+    )
 
 
 def decode_variant(spec: dict[str, Any]) -> dict[str, Any]:
@@ -91,9 +77,7 @@ def decode_variant(spec: dict[str, Any]) -> dict[str, Any]:
     )
     split = data.split(spec["split"])
     start = time.perf_counter()
-    hypotheses, attentions = decode_split(
-        loaded.model, split, config, loaded.config.reverse_source, spec["max_ratio"], device
-    )
+    hypotheses, attentions = decode_split(loaded.model, split, config, spec["max_ratio"], device)
     seconds = time.perf_counter() - start
     out_dir = Path(spec["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)

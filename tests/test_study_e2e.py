@@ -8,10 +8,12 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from pipeline.data.tokenized import SubwordTokenizer
 from pipeline.report.browser import check_page
 from tests.helpers import REPO_ROOT, synthetic_pairs, write_params, write_tsv
 from tests.study import tiny_params
@@ -115,12 +117,8 @@ def test_attention_examples_are_in_original_source_order(project):
     root, _ = project
     folder = root / "eval" / "additive-rev-h16-s1-lr0.01"
     pieces = json.loads((folder / "attention.json").read_text())
-    src_tok = __import__("pipeline.data.tokenized", fromlist=["x"]).SubwordTokenizer(
-        root / "data" / "tok" / "src.model"
-    )
+    src_tok = SubwordTokenizer(root / "data" / "tok" / "src.model")
     tests = [line.split("\t")[0] for line in (root / "data/raw/test.tsv").read_text().splitlines()]
-    import numpy as np
-
     with np.load(folder / "attention.npz") as arrays:
         for key, entry in pieces.items():
             index = int(key.split("_")[1])

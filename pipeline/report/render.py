@@ -6,7 +6,6 @@ be opened from disk or served as-is; ``reports/README.md`` renders on a code hos
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import time
@@ -25,7 +24,7 @@ from pipeline.report.figures import (
     effects_figure,
     heatmap_comparison_figure,
 )
-from pipeline.report.findings import Finding, all_findings
+from pipeline.report.findings import all_findings
 
 logger = logging.getLogger(__name__)
 
@@ -172,10 +171,3 @@ def build_report(
         "evaluated": len(data.evaluated),
         "findings": [f.verdict for f in findings],
     }
-
-
-def escape(value: Any) -> str:
-    return html.escape(str(value))
-
-
-__all__ = ["Finding", "build_report", "escape"]
