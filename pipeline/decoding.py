@@ -21,6 +21,7 @@ from pipeline.data.tokenized import TokenizedData
 from pipeline.evaluation import attention_entropy, monotonicity_gap
 from pipeline.io import atomic_path, write_json, write_text
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
+from pipeline.models.precision import resolve
 from pipeline.models.search import translate
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def decode_split(model, split, config: EvaluateConfig, max_ratio: float, device)
         max_ratio=max_ratio,
         batch_size=GREEDY_BATCH_SENTENCES if config.beam_size == 1 else BEAM_BATCH_SENTENCES,
         device=device,
+        precision=resolve(config.precision, device),
     )
 
 

@@ -37,6 +37,7 @@ from pipeline.data.tokenized import SubwordTokenizer, TokenizedData, TokenizedSp
 from pipeline.grid import Variant
 from pipeline.io import write_json, write_text
 from pipeline.models.checkpoint import VocabInfo, atomic_torch_save, save_checkpoint
+from pipeline.models.precision import autocast, resolve
 from pipeline.models.search import translate
 from pipeline.models.seq2seq import Seq2Seq
 
@@ -47,6 +48,9 @@ HISTORY_FIELDS = (
     "wall_time",
 )  # fmt: skip
 LAST_FORMAT = 1
+CHECK_EVERY_STEPS = 16
+"""Steps between reads of the loss for the divergence check: one host-device transfer per
+16 steps instead of a synchronisation every step (no checkpoint is written in between)."""
 
 
 class TrainingDivergedError(RuntimeError):
@@ -65,6 +69,7 @@ class TrainResult:
     wall_time_s: float
     tokens_per_s: float  # real target tokens per second of training steps
     parameter_count: int
+    precision: str  # resolved train.precision: fp32 | bf16
     stop_reason: str  # max_epochs | early_stopping | max_steps | time_budget
     history: list[dict[str, float]]
 
@@ -110,23 +115,37 @@ def train_variant(
     return trainer.result()
 
 
-def dev_loss(model: Seq2Seq, split: TokenizedSplit, batches: list[np.ndarray], device) -> float:
+def dev_loss(
+    model: Seq2Seq,
+    split: TokenizedSplit,
+    batches: list[np.ndarray],
+    device,
+    precision: str = "fp32",
+) -> float:
     """Per-token cross-entropy (no label smoothing) over all of ``split``."""
     model.eval()
-    total, tokens = 0.0, 0
-    with torch.no_grad():
+    total, tokens = torch.zeros((), device=device), 0
+    with torch.no_grad(), autocast(precision, device):
         for indices in batches:
             batch = make_batch(split, indices, reverse_source=model.config.reverse_source)
             loss, count = model.loss(batch.to(device))
-            total, tokens = total + loss.item(), tokens + count
-    return total / max(tokens, 1)
+            total, tokens = total + loss, tokens + count
+    return total.item() / max(tokens, 1)
 
 
 def dev_bleu(
-    model: Seq2Seq, split: TokenizedSplit, tokenizer: SubwordTokenizer, *, max_ratio: float, device
+    model: Seq2Seq,
+    split: TokenizedSplit,
+    tokenizer: SubwordTokenizer,
+    *,
+    max_ratio: float,
+    device,
+    precision: str = "fp32",
 ) -> float:
     """sacreBLEU of greedy translations of ``split``, both sides detokenized."""
-    hypotheses, _ = translate(model, split, max_ratio=max_ratio, device=device)
+    hypotheses, _ = translate(
+        model, split, max_ratio=max_ratio, device=device, precision=precision
+    )
     references = tokenizer.decode([split.target(i).tolist() for i in range(len(split))])
     return BLEU().corpus_score(tokenizer.decode(hypotheses), [references]).score
 
@@ -135,6 +154,8 @@ class _Trainer:
     def __init__(self, variant: Variant, data: TokenizedData, out_dir: Path, callback, device):
         self.variant, self.cfg, self.out_dir = variant, variant.train, out_dir
         self.callback, self.device = callback, device
+        self.precision = resolve(self.cfg.precision, device)  # fp32 | bf16
+        self._pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # unchecked steps
         self.train_split, self.dev_split = data.split("train"), data.split("dev")
         self.tokenizer, self.vocab = data.tgt_tokenizer, VocabInfo.from_data(data)
         self.config_hash = variant.config_hash(data.fingerprint())
@@ -179,19 +200,33 @@ class _Trainer:
         p = self.progress
         start = time.perf_counter()
         self.model.train()
-        loss_sum, tokens = self.model.loss(batch, self.cfg.label_smoothing)
-        value = loss_sum.item()
-        if not math.isfinite(value):
-            raise self._diverged(f"loss is {value}")
+        with autocast(self.precision, self.device):
+            loss_sum, tokens = self.model.loss(batch, self.cfg.label_smoothing)
         self.optimizer.zero_grad(set_to_none=True)
         (loss_sum / tokens).backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        if not torch.isfinite(norm):
-            raise self._diverged(f"gradient norm is {norm.item()}")
         self.optimizer.step()
         p.step += 1
-        for index, amount in enumerate((value, tokens, time.perf_counter() - start)):
-            p.totals[index] += amount
+        self._pending.append((p.step, loss_sum.detach(), norm.detach()))
+        if len(self._pending) >= CHECK_EVERY_STEPS:
+            self._check_pending()
+        p.totals[1] += tokens
+        p.totals[2] += time.perf_counter() - start
+
+    def _check_pending(self) -> None:
+        """Read the losses and gradient norms of the unchecked steps in one host-device
+        transfer (a GPU runs ahead between checks) and fail on the first non-finite."""
+        if not self._pending:
+            return
+        steps, losses, norms = zip(*self._pending)
+        self._pending = []
+        values = torch.stack([torch.stack(losses).float(), torch.stack(norms).float()]).tolist()
+        for step, loss, norm in zip(steps, *values):
+            if not math.isfinite(loss):
+                raise self._diverged(f"loss is {loss}", step)
+            if not math.isfinite(norm):
+                raise self._diverged(f"gradient norm is {norm}", step)
+        self.progress.totals[0] += math.fsum(values[0])
 
     def _budget_spent(self) -> bool:
         p, cfg = self.progress, self.cfg
@@ -203,11 +238,13 @@ class _Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, end_of_epoch: bool) -> None:
-        p, model = self.progress, self.model
+        self._check_pending()
+        p, model, device, dtype = self.progress, self.model, self.device, self.precision
         metrics = {
-            "dev_loss": dev_loss(model, self.dev_split, self.dev_batches, self.device),
+            "dev_loss": dev_loss(model, self.dev_split, self.dev_batches, device, dtype),
             "dev_bleu": dev_bleu(model, self.bleu_split, self.tokenizer,
-                                 max_ratio=self.cfg.max_decode_ratio, device=self.device),
+                                 max_ratio=self.cfg.max_decode_ratio, device=device,
+                                 precision=dtype),
         }  # fmt: skip
         if not math.isfinite(metrics["dev_loss"]):
             raise self._diverged(f"dev loss is {metrics['dev_loss']}")
@@ -302,9 +339,10 @@ class _Trainer:
     def _wall_time(self) -> float:
         return self._wall_base + time.perf_counter() - self._session_start
 
-    def _diverged(self, what: str) -> TrainingDivergedError:
+    def _diverged(self, what: str, step: int | None = None) -> TrainingDivergedError:
         p, name = self.progress, self.variant.id
-        return TrainingDivergedError(f"variant {name}: {what} at epoch {p.epoch} step {p.step + 1}")
+        step = p.step + 1 if step is None else step
+        return TrainingDivergedError(f"variant {name}: {what} at epoch {p.epoch} step {step}")
 
     def result(self) -> TrainResult:
         p = self.progress
@@ -319,6 +357,7 @@ class _Trainer:
             wall_time_s=p.wall_time,
             tokens_per_s=p.totals[1] / max(p.totals[2], 1e-9),
             parameter_count=self.model.num_parameters(),
+            precision=self.precision,
             stop_reason=p.stop_reason,
             history=list(p.history),
         )

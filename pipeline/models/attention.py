@@ -174,7 +174,7 @@ def attend(
         context (B, T, H) = sum_j a_tj h_j and weights (B, T, S); padded positions get
         exactly zero weight (their score is -inf before the softmax).
     """
-    scores = scorer.score(query, keys)  # (B, T, S)
+    scores = scorer.score(query, keys).float()  # (B, T, S); fp32 under autocast too
     scores = scores.masked_fill(~src_mask.unsqueeze(1), float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (B, T, S)
     return weights @ values, weights  # (B, T, H), (B, T, S)

@@ -1,8 +1,10 @@
-"""The source encoder: embeddings + a (bi)directional GRU/LSTM over packed sequences.
+"""The source encoder: embeddings + a (bi)directional GRU/LSTM.
 
-Packing (``pack_padded_sequence``) means padding never enters a recurrent state: the
-final state of each sentence is read after its own last token (the appended EOS), and
-outputs at padded positions are exactly zero.
+Padding never enters a recurrent state: the final state of each sentence is read after
+its own last token (the appended EOS), and outputs at padded positions are exactly zero.
+The default one-layer unidirectional GRU runs over the padded batch (padding follows the
+real tokens, so it cannot reach them) and gathers each final state; other encoders pack
+the batch (``pack_padded_sequence``), which is slower on CPU.
 
 A bidirectional encoder uses ``hidden_size // 2`` units per direction (as OpenNMT's
 ``brnn``), so its outputs and final state have ``hidden_size`` features like the
@@ -62,21 +64,39 @@ class Encoder(nn.Module):
             dropout=dropout if layers > 1 else 0.0,
         )
         self.dropout = nn.Dropout(dropout)
+        # Packing costs: on CPU its backward zero-fills an input-sized buffer once per
+        # time step (a fifth of a training step, docs/benchmarks.md). The padded run
+        # gives identical results whenever the final state is the top layer's output.
+        self.padded = cell == "gru" and layers == 1 and not bidirectional
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
         """src (B, S) long, src_lengths (B,) -> outputs (B, S, H) and final states."""
         embedded = self.dropout(self.embedding(src))  # (B, S, E)
-        packed = pack_padded_sequence(
-            embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
-        )
-        outputs, final = self.rnn(packed)
-        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
-        hidden, cell = final if isinstance(final, tuple) else (final, None)
+        if self.padded:
+            (outputs, hidden), cell = self._run_padded(embedded, src_lengths), None
+        else:
+            packed = pack_padded_sequence(
+                embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
+            )
+            outputs, final = self.rnn(packed)
+            outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
+            hidden, cell = final if isinstance(final, tuple) else (final, None)
         return EncoderOutput(
             outputs=self.dropout(outputs),  # (B, S, H)
             hidden=self._merge_directions(hidden),
             cell=None if cell is None else self._merge_directions(cell),
         )
+
+    def _run_padded(self, embedded: torch.Tensor, lengths: torch.Tensor):
+        """(B, S, E) -> outputs (B, S, H) zero after each sentence, final state (1, B, H)
+        read at the sentence's own last token. Padding follows the real tokens, so a
+        one-layer unidirectional GRU never carries it into them."""
+        outputs, _ = self.rnn(embedded)  # (B, S, H)
+        batch, steps = embedded.shape[:2]
+        last = (lengths.to(outputs.device) - 1).clamp(min=0)  # (B,)
+        real = torch.arange(steps, device=outputs.device) <= last.unsqueeze(1)  # (B, S)
+        hidden = outputs[torch.arange(batch, device=outputs.device), last].unsqueeze(0)
+        return outputs * real.unsqueeze(-1).to(outputs.dtype), hidden
 
     def _merge_directions(self, state: torch.Tensor) -> torch.Tensor:
         """(L * D, B, H / D) -> (L, B, H): concatenate the directions of each layer."""

@@ -22,6 +22,7 @@ import torch
 
 from pipeline.data.batching import Batch, inference_batches, source_order_attention
 from pipeline.data.tokenized import BOS_ID, EOS_ID, PAD_ID, TokenizedSplit
+from pipeline.models.precision import autocast
 from pipeline.models.seq2seq import Seq2Seq
 
 Hypotheses = tuple[list[list[int]], list[np.ndarray | None]]
@@ -222,9 +223,11 @@ def translate(
     max_ratio: float = 2.0,
     batch_size: int = 64,
     device: torch.device | str = "cpu",
+    precision: str = "fp32",
 ) -> Hypotheses:
     """Decode every source of ``split``; results in split order. Batches are formed from
-    length-sorted sentences (less padding); ``beam_size=1`` is greedy search."""
+    length-sorted sentences (less padding); ``beam_size=1`` is greedy search.
+    ``precision`` (resolved: fp32 or bf16) is the dtype of the matrix products."""
     order = np.argsort(split.src_lengths, kind="stable")
     hypotheses: list = [None] * len(split)
     attentions: list = [None] * len(split)
@@ -233,16 +236,17 @@ def translate(
         split, batch_size=batch_size, reverse_source=reverse, indices=order
     ):
         batch = batch.to(device)
-        if beam_size == 1:
-            found = greedy_search(model, batch, max_ratio=max_ratio)
-        else:
-            found = beam_search(
-                model,
-                batch,
-                beam_size=beam_size,
-                length_penalty=length_penalty,
-                max_ratio=max_ratio,
-            )
+        with autocast(precision, device):
+            if beam_size == 1:
+                found = greedy_search(model, batch, max_ratio=max_ratio)
+            else:
+                found = beam_search(
+                    model,
+                    batch,
+                    beam_size=beam_size,
+                    length_penalty=length_penalty,
+                    max_ratio=max_ratio,
+                )
         for index, hypothesis, attention in zip(batch.indices, *found):
             hypotheses[index], attentions[index] = hypothesis, attention
     return hypotheses, attentions

@@ -88,4 +88,5 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None]:
         """One search step: tokens (B,) -> log-probs (B, V), new state, attention (B, S)."""
         features, state, attention = self.decoder.step(tokens, memory, state)
-        return torch.log_softmax(self.generator(features), dim=-1), state, attention
+        logits = self.generator(features).float()  # fp32 scores under autocast too
+        return torch.log_softmax(logits, dim=-1), state, attention
