@@ -143,9 +143,7 @@ def dev_bleu(
     precision: str = "fp32",
 ) -> float:
     """sacreBLEU of greedy translations of ``split``, both sides detokenized."""
-    hypotheses, _ = translate(
-        model, split, max_ratio=max_ratio, device=device, precision=precision
-    )
+    hypotheses, _ = translate(model, split, max_ratio=max_ratio, device=device, precision=precision)
     references = tokenizer.decode([split.target(i).tolist() for i in range(len(split))])
     return BLEU().corpus_score(tokenizer.decode(hypotheses), [references]).score
 
