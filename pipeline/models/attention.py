@@ -122,14 +122,18 @@ class AdditiveScorer(Scorer):
         return self.key_projection(keys)  # (B, S, A)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        projected = self.query_projection(query)  # (B, T, A)
+        # The (B, T, S, A) part is elementwise work, done in fp32 even under autocast:
+        # CPU bf16 tanh is 5x slower than fp32 (docs/benchmarks.md).
+        projected = self.query_projection(query).float()  # (B, T, A)
+        keys = keys.float().unsqueeze(1)  # (B, 1, S, A)
         B, T, A = projected.shape
-        steps = max(1, ADDITIVE_BLOCK_ELEMENTS // (B * keys.size(1) * A))
+        steps = max(1, ADDITIVE_BLOCK_ELEMENTS // (B * keys.size(2) * A))
         scores = []
-        for start in range(0, T, steps):  # blocks of query steps: cache-sized (B, t, S, A)
-            block = projected[:, start : start + steps].unsqueeze(2)  # (B, t, 1, A)
-            hidden = torch.tanh(block + keys.unsqueeze(1))  # (B, t, S, A)
-            scores.append(self.energy(hidden).squeeze(-1))  # (B, t, S)
+        with torch.autocast(query.device.type, enabled=False):
+            energy = self.energy.weight.float().squeeze(0)  # v_a, (A,)
+            for start in range(0, T, steps):  # blocks of query steps: cache-sized (B,t,S,A)
+                block = projected[:, start : start + steps].unsqueeze(2)  # (B, t, 1, A)
+                scores.append(torch.tanh(block + keys) @ energy)  # (B, t, S)
         return torch.cat(scores, dim=1) if len(scores) > 1 else scores[0]  # (B, T, S)
 
 

@@ -168,7 +168,8 @@ class LuongDecoder(Decoder):
     def _attentional(self, hidden: torch.Tensor, memory: Memory):
         """h_t (B, T, H) -> h~_t (B, T, H), weights (B, T, S): eq. 5 with c_t from eq. 7."""
         context, weights = attend(self.scorer, hidden, memory.keys, memory.values, memory.src_mask)
-        return torch.tanh(self.combine(torch.cat([context, hidden], dim=-1))), weights
+        combined = self.combine(torch.cat([context, hidden], dim=-1)).float()  # fp32 tanh
+        return torch.tanh(combined), weights
 
     def forward(self, tgt_in, memory, state):
         embedded = self.embed(tgt_in)  # (B, T, E)
@@ -222,7 +223,7 @@ class BahdanauDecoder(Decoder):
 
     def _readout(self, embedded, top_hidden, context):
         features = torch.cat([embedded, top_hidden, context], dim=-1)
-        return self.dropout(torch.tanh(self.readout(features)))
+        return self.dropout(torch.tanh(self.readout(features).float()))  # fp32 tanh
 
     def forward(self, tgt_in, memory, state):
         embedded = self.embed(tgt_in)  # (B, T, E)

@@ -5,18 +5,21 @@
 never materialises the ``(N, V)`` logits. The unfused version writes the logits, reads and
 writes them again for ``log_softmax``, and does the same in backward (fills, adds, the
 softmax gradient): many passes over an ``N x V`` float32 tensor (48 MB at N=3000,
-V=4000). Here the rows are taken ``chunk_rows`` at a time; each chunk's logits stay in
-cache while its loss *and* its gradients are computed in the same pass (the trick of
-Liger Kernel's fused linear cross-entropy):
+V=4000), each at memory speed. Here, as in Liger Kernel's fused linear cross-entropy, rows
+are taken ``chunk_rows`` at a time and each chunk's loss *and* gradients are computed in
+one pass, while its logits are in cache:
 
-    z = x_c W^T + b                          (C, V)  matmul in ``compute_dtype``
-    loss_i = lse(z_i) - (1-eps) z_iy - eps mean_v z_iv   float32, ignored rows -> 0
-    dz = softmax(z) - (1-eps) onehot(y) - eps/V          float32, ignored rows -> 0
-    dx_c = dz W,  dW += dz^T x_c,  db += sum_rows dz     dW, db accumulated in float32
+    z = x_c W^T + b                                  (C, V)  matmul in ``compute_dtype``
+    loss_i = lse(z_i) - (1-eps) z_iy - eps mean_v z_iv       float32; ignored rows: 0
+    dz = softmax(z) - (1-eps) onehot(y) - eps/V              float32; ignored rows: 0
+    dx_c = dz W,   dW += dz^T x_c,   db += sum_rows dz       dW, db accumulated in float32
+
+The float32 work runs on row blocks of about 1 MB (a CPU core's L2 cache) inside each
+chunk; the chunk itself is larger so the three matmuls stay efficient.
 
 Shapes: features ``(..., H)``, weight ``(V, H)``, bias ``(V,)`` or None, targets ``(...)``
-(flattened to ``N`` rows). The gradients are saved in forward, so backward only scales them
-by the incoming (scalar) gradient; double backward is not supported.
+(flattened to ``N`` rows). The gradients are computed in forward and saved, so backward
+only scales them by the incoming scalar gradient; double backward is not supported.
 """
 
 from __future__ import annotations
@@ -24,14 +27,17 @@ from __future__ import annotations
 import logging
 
 import torch
-import torch.nn.functional as F
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CHUNK_ROWS = 256
-"""Rows per chunk. Measured fwd+bwd, 1 thread, N=3000, H=256, V in {4000, 8000}, fp32 and
-bf16 autocast: 128-512 are all within a few per cent of each other (see module report)."""
+DEFAULT_CHUNK_ROWS = 512
+"""Rows per matmul chunk. Measured forward+backward (1 thread, N=3000, H=256, V=4000/8000,
+fp32 and bf16 autocast): 512-1024 are within noise of each other and fastest; 128-256 and
+N (one chunk) are 5-40% slower. 512 keeps the chunk buffer at 8-16 MB."""
+
+BLOCK_ELEMENTS = 2**18
+"""float32 elements per softmax block on CPU (1 MB); other devices use the whole chunk."""
 
 Grads = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
 
@@ -49,56 +55,70 @@ def _fused_pass(
 ) -> tuple[torch.Tensor, Grads]:
     """Summed loss of ``(N, H)`` features and, for the inputs flagged in ``needs``,
     the gradients of that sum (features, weight, bias)."""
-    rows_total, vocab = features.shape[0], weight.shape[0]
+    (rows_total, _), vocab, device = features.shape, weight.shape[0], features.device
     acc_dtype = torch.promote_types(compute_dtype, torch.float32)  # float64 stays float64
+    acc = {"dtype": acc_dtype, "device": device}
     x, w = features.to(compute_dtype), weight.to(compute_dtype)
     b = None if bias is None else bias.to(compute_dtype)
     valid = targets != ignore_index
     safe_targets = targets.masked_fill(~valid, 0).unsqueeze(1)  # (N, 1), ignored -> class 0
-    weights = valid.to(acc_dtype).unsqueeze(1)  # (N, 1), 1 on counted rows, 0 on ignored
-    acc = {"dtype": acc_dtype, "device": features.device}
+    row_weight = valid.to(acc_dtype).unsqueeze(1)  # (N, 1): 1 on counted rows, 0 on ignored
+    # mean_v z_iv = x_i . mean_v(W_v) + mean(b), so label smoothing needs no pass over z.
+    mean_logit = features.to(acc_dtype) @ weight.to(acc_dtype).mean(0)
+    if bias is not None:
+        mean_logit += bias.to(acc_dtype).mean()
     total = torch.zeros((), **acc)
     grad_x = torch.empty_like(features) if needs[0] else None
     grad_w = torch.zeros(weight.shape, **acc) if needs[1] else None
     grad_b = torch.zeros(vocab, **acc) if needs[2] else None
-    if eps:  # mean_v z_iv = x_i . mean_v(w_v) + mean(b): no pass over the chunk needed
-        w_mean = weight.to(acc_dtype).mean(0)
-        b_mean = 0.0 if bias is None else bias.to(acc_dtype).mean()
-    for start in range(0, rows_total, chunk_rows):
-        rows = slice(start, start + chunk_rows)
-        z = F.linear(x[rows], w, b).to(acc_dtype)  # (C, V) logits, matmul in compute_dtype
-        row_max = z.amax(1, keepdim=True)
-        z -= row_max
-        row_loss = -(1 - eps) * z.gather(1, safe_targets[rows]).squeeze(1)
-        if eps:
-            mean_z = features[rows].to(acc_dtype) @ w_mean + b_mean - row_max.squeeze(1)
-            row_loss -= eps * mean_z
-        p = z.exp_()  # unnormalised softmax, in place
-        sum_exp = p.sum(1, keepdim=True)
-        row_loss += sum_exp.squeeze(1).log()
-        total += (row_loss * weights[rows].squeeze(1)).sum()
-        if not any(needs):
-            continue
-        # dz = w_i * ((p - (1 - eps) sum_exp onehot) / sum_exp - eps / V), w_i = 0 on ignored
-        # rows; written in compute_dtype directly (one pass fewer than converting afterwards).
-        p.scatter_add_(1, safe_targets[rows], sum_exp * -(1 - eps))
-        dz = torch.empty(p.shape, dtype=compute_dtype, device=p.device)
-        torch.addcmul(weights[rows] * (-eps / vocab), p, weights[rows] / sum_exp, out=dz)
+    # Buffers reused by every chunk (fresh multi-MB tensors cost page faults on CPU).
+    chunk = max(1, min(chunk_rows, rows_total))
+    block = max(1, BLOCK_ELEMENTS // vocab) if device.type == "cpu" else chunk
+    logits_buf = torch.empty(chunk, vocab, dtype=compute_dtype, device=device)
+    z_buf = None if compute_dtype == acc_dtype else torch.empty(min(block, chunk), vocab, **acc)
+    narrow_w = torch.empty_like(w) if needs[1] and z_buf is not None else None
+    logger.debug("fused CE: N=%d V=%d %s chunk=%d block=%d grads=%s",
+                 rows_total, vocab, compute_dtype, chunk, block, needs)  # fmt: skip
+    for start in range(0, rows_total, chunk):
+        rows = slice(start, min(start + chunk, rows_total))
+        logits = logits_buf[: rows.stop - start]
+        if b is None:
+            torch.mm(x[rows], w.T, out=logits)
+        else:
+            torch.addmm(b, x[rows], w.T, out=logits)
+        for first in range(0, len(logits), block):  # logits -> dz, block by block
+            block_rows = slice(start + first, min(start + first + block, rows.stop))
+            part = logits[first : first + block]
+            z = part if z_buf is None else z_buf[: len(part)].copy_(part)
+            row_max = z.amax(1, keepdim=True)
+            target_z = z.sub_(row_max).gather(1, safe_targets[block_rows])
+            p = z.exp_()  # unnormalised softmax, in place
+            sum_exp = p.sum(1, keepdim=True)
+            # -log p_y = log sum_exp - (z_y - max);  mean_v -log p_v = log sum_exp - (mean - max)
+            row_loss = sum_exp.log() - (1 - eps) * target_z
+            row_loss -= eps * (mean_logit[block_rows].unsqueeze(1) - row_max)
+            total += (row_loss * row_weight[block_rows]).sum()
+            if not any(needs):
+                continue
+            # dz = w_i ((p - (1 - eps) sum_exp onehot) / sum_exp - eps / V), w_i in {0, 1}
+            weight_i = row_weight[block_rows]
+            p.scatter_add_(1, safe_targets[block_rows], sum_exp * -(1 - eps))
+            p.mul_(weight_i / sum_exp).sub_(weight_i * (eps / vocab))
+            if grad_b is not None:
+                grad_b += p.sum(0)
+            part.copy_(p)  # no-op in float32
         if grad_x is not None:
-            grad_x[rows] = dz @ w
-        if grad_w is not None:
-            if dz.dtype == acc_dtype:
-                grad_w.addmm_(dz.T, x[rows])
-            else:
-                grad_w += dz.T @ x[rows]
-        if grad_b is not None:
-            grad_b += dz.sum(0)
+            grad_x[rows] = logits @ w
+        if narrow_w is not None:  # narrow matmul, float32 accumulator
+            grad_w += torch.mm(logits.T, x[rows], out=narrow_w)
+        elif grad_w is not None:
+            grad_w.addmm_(logits.T, x[rows])
     return total, (grad_x, grad_w, grad_b)
 
 
 class _ProjectedCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: FunctionCtx,
         features: torch.Tensor,
         weight: torch.Tensor,
@@ -113,7 +133,7 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
         with torch.autocast(features.device.type, enabled=False):
             total, grads = _fused_pass(
                 features, weight, bias, targets, ignore_index, eps, chunk_rows,
-                compute_dtype, needs,  # type: ignore[arg-type]
+                compute_dtype, needs,
             )  # fmt: skip
         ctx.dtypes = (features.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.save_for_backward(*grads)
@@ -124,7 +144,7 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
     def backward(ctx: FunctionCtx, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         scaled = [
             None if g is None else (g * grad_output).to(dtype)
-            for g, dtype in zip(ctx.saved_tensors, ctx.dtypes)  # type: ignore[attr-defined]
+            for g, dtype in zip(ctx.saved_tensors, ctx.dtypes)
         ]
         return (*scaled, None, None, None, None, None)
 

@@ -1,13 +1,13 @@
 """The encoder-decoder model: encoder, decoder (chosen by registry), vocabulary projection.
 
 ``loss`` runs the teacher-forced decoder over the whole target and then applies the
-vocabulary projection and the cross-entropy once, to all ``(B, T)`` positions.
+vocabulary projection and the cross-entropy to all ``(B, T)`` positions in one fused,
+chunked pass (``pipeline.models.loss``).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pipeline.config import ModelConfig
@@ -16,6 +16,7 @@ from pipeline.data.tokenized import PAD_ID
 from pipeline.models.attention import Memory, build_scorer
 from pipeline.models.decoder import WIRINGS, DecoderState, PlainDecoder
 from pipeline.models.encoder import Encoder
+from pipeline.models.loss import projected_cross_entropy
 
 
 class Seq2Seq(nn.Module):
@@ -72,13 +73,18 @@ class Seq2Seq(nn.Module):
         return self.teacher_forced(batch)[0]
 
     def loss(self, batch: Batch, label_smoothing: float = 0.0) -> tuple[torch.Tensor, int]:
-        """Summed (label-smoothed) cross-entropy over real target tokens, and their count."""
-        logits = self(batch)  # (B, T, V)
-        total = F.cross_entropy(
-            logits.reshape(-1, logits.size(-1)),
-            batch.tgt_out.reshape(-1),
+        """Summed (label-smoothed) cross-entropy over real target tokens, and their count.
+
+        The vocabulary projection and the loss run fused, chunk by chunk
+        (:func:`projected_cross_entropy`): the (B, T, V) logits are never stored."""
+        memory, state = self.encode(batch.src, batch.src_lengths, batch.src_mask)
+        features, _ = self.decoder(batch.tgt_in, memory, state)  # (B, T, H)
+        total = projected_cross_entropy(
+            features,
+            self.generator.weight,
+            self.generator.bias,
+            batch.tgt_out,
             ignore_index=PAD_ID,
-            reduction="sum",
             label_smoothing=label_smoothing,
         )
         return total, batch.n_tokens
