@@ -165,13 +165,13 @@ def test_keys_are_projected_once_per_batch(name, tiny_model_config, monkeypatch)
     assert len(calls) == 2 and max(map(len, hypotheses)) > 1  # many steps, one projection
 
 
-def test_additive_scores_in_blocks_equal_scores_at_once(monkeypatch):
+def test_additive_scores_follow_bahdanau_formula():
+    """The blocked kernel (tests/test_additive_energy.py) computes v . tanh(W q + U k)."""
     torch.manual_seed(0)
     scorer = build_scorer("additive", HIDDEN)
     query, values, _ = _inputs()
     keys = scorer.precompute(values)
-    at_once = scorer.score(query, keys)
-    monkeypatch.setattr(attention_module, "ADDITIVE_BLOCK_ELEMENTS", 3 * 5 * HIDDEN)  # 1 step
-    torch.testing.assert_close(scorer.score(query, keys), at_once)
-    monkeypatch.setattr(attention_module, "ADDITIVE_BLOCK_ELEMENTS", 3 * 5 * HIDDEN * 3)
-    torch.testing.assert_close(scorer.score(query, keys), at_once)  # blocks of 3 of 4 steps
+    projected = query @ scorer.query_projection.weight.t()  # (B, T, A)
+    hidden = torch.tanh(projected.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, S, A)
+    expected = hidden @ scorer.energy.weight.squeeze(0)
+    torch.testing.assert_close(scorer.score(query, keys), expected)

@@ -27,16 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipeline.models.additive_energy import additive_energy
+
 LOCATION_MAX_POSITIONS = 256
 """Source positions the ``location`` scorer has weights for. 256 subwords covers the
 longest sentences of the corpus (86 words); a longer source's later positions score
 -inf, i.e. they can never be attended, rather than failing."""
-
-
-ADDITIVE_BLOCK_ELEMENTS = 2**21
-"""The additive scorer scores all T queries in blocks of steps whose (B, t, S, A) tanh
-input holds about this many elements: a single (B, T, S, A) tensor is memory-bound and
-was 1.6-3x slower forward+backward on one CPU thread (B=85, T=36, S=31, A=256)."""
 
 
 class Scorer(nn.Module):
@@ -122,19 +118,8 @@ class AdditiveScorer(Scorer):
         return self.key_projection(keys)  # (B, S, A)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        # The (B, T, S, A) part is elementwise work, done in fp32 even under autocast:
-        # CPU bf16 tanh is 5x slower than fp32 (docs/benchmarks.md).
-        projected = self.query_projection(query).float()  # (B, T, A)
-        keys = keys.float().unsqueeze(1)  # (B, 1, S, A)
-        B, T, A = projected.shape
-        steps = max(1, ADDITIVE_BLOCK_ELEMENTS // (B * keys.size(2) * A))
-        scores = []
-        with torch.autocast(query.device.type, enabled=False):
-            energy = self.energy.weight.float().squeeze(0)  # v_a, (A,)
-            for start in range(0, T, steps):  # blocks of query steps: cache-sized (B,t,S,A)
-                block = projected[:, start : start + steps].unsqueeze(2)  # (B, t, 1, A)
-                scores.append(torch.tanh(block + keys) @ energy)  # (B, t, S)
-        return torch.cat(scores, dim=1) if len(scores) > 1 else scores[0]  # (B, T, S)
+        projected = self.query_projection(query)  # (B, T, A)
+        return additive_energy(projected, keys, self.energy.weight.squeeze(0))  # (B, T, S)
 
 
 @register("location")

@@ -1,0 +1,92 @@
+"""The additive (Bahdanau) energy ``e_ts = v . tanh(q_t + k_s)`` for all T queries at once,
+in cache-sized blocks and with a recomputing backward.
+
+Written with autograd, ``tanh(q[:, :, None] + k[:, None]) @ v`` stores a (B, T, S, A)
+tensor per batch (100 MB at B=108, T=29, S=31, A=256) and its backward makes five more
+passes over tensors of that size; each pass runs at memory speed, and on CPU every fresh
+multi-MB tensor also costs page faults. That made the additive scorer the slowest part of
+a training step (``docs/benchmarks.md``). Here forward and backward walk blocks of about
+``BLOCK_ELEMENTS`` elements through one reused buffer that stays in cache, and backward
+recomputes ``tanh`` instead of storing it (the trick of FlashAttention, for the additive
+score)::
+
+    h = tanh(q_t + k_s)                  (block, A)
+    e_ts = h . v
+    dv  += sum_ts de_ts h
+    dpre = de_ts (1 - h^2) v            -> dq_t = sum_s dpre,  dk_s = sum_t dpre
+
+The work is float32 even under autocast: CPU bfloat16 ``tanh`` is 5x slower than float32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK_ELEMENTS = 2**18
+"""Elements of one (b, t, S, A) block: 1 MB of float32, inside a core's L2 cache."""
+
+
+def additive_energy(query: torch.Tensor, keys: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
+    """query (B, T, A) = W_a s, keys (B, S, A) = U_a h, energy (A,) = v_a -> scores (B, T, S)
+    in float32 (float64 for float64 inputs)."""
+    return _AdditiveEnergy.apply(query, keys, energy)
+
+
+def _block_shape(batch: int, steps: int, sources: int, size: int) -> tuple[int, int]:
+    """(b, t): batch rows and query steps per block, about BLOCK_ELEMENTS in all."""
+    row = sources * size  # elements per (batch row, query step)
+    t_size = min(steps, max(1, BLOCK_ELEMENTS // row))
+    return min(batch, max(1, BLOCK_ELEMENTS // (t_size * row))), t_size
+
+
+def _blocks(batch: int, steps: int, b_size: int, t_size: int):
+    for b0 in range(0, batch, b_size):
+        for t0 in range(0, steps, t_size):
+            yield b0, min(b0 + b_size, batch), t0, min(t0 + t_size, steps)
+
+
+def _tanh_block(buffer, query, keys, b0, b1, t0, t1) -> torch.Tensor:
+    """tanh(q_t + k_s) of one block, written into ``buffer``; (b, t, S, A)."""
+    shape = (b1 - b0, t1 - t0, keys.size(1), keys.size(2))
+    block = buffer[: shape[0] * shape[1] * shape[2] * shape[3]].view(shape)
+    torch.add(query[b0:b1, t0:t1].unsqueeze(2), keys[b0:b1].unsqueeze(1), out=block)
+    return block.tanh_()
+
+
+class _AdditiveEnergy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query, keys, energy):
+        ctx.dtypes = (query.dtype, keys.dtype, energy.dtype)
+        with torch.autocast(query.device.type, enabled=False):
+            dtype = torch.promote_types(query.dtype, torch.float32)  # float64 stays
+            query, keys, energy = query.to(dtype), keys.to(dtype), energy.to(dtype)
+            (B, T, A), S = query.shape, keys.size(1)
+            scores = query.new_empty((B, T, S))
+            b_size, t_size = _block_shape(B, T, S, A)
+            buffer = query.new_empty(b_size * t_size * S * A)
+            for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
+                block = _tanh_block(buffer, query, keys, b0, b1, t0, t1)
+                scores[b0:b1, t0:t1] = (block.view(-1, A) @ energy).view(block.shape[:3])
+        ctx.save_for_backward(query, keys, energy)
+        return scores
+
+    @staticmethod
+    def backward(ctx, grad_scores):
+        query, keys, energy = ctx.saved_tensors
+        with torch.autocast(query.device.type, enabled=False):
+            grad_scores = grad_scores.to(query.dtype)
+            (B, T, A), S = query.shape, keys.size(1)
+            grad_query, grad_keys = torch.empty_like(query), torch.zeros_like(keys)
+            grad_energy = torch.zeros_like(energy)
+            b_size, t_size = _block_shape(B, T, S, A)
+            buffer = query.new_empty(b_size * t_size * S * A)
+            for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
+                block = _tanh_block(buffer, query, keys, b0, b1, t0, t1)  # h, (b, t, S, A)
+                grad = grad_scores[b0:b1, t0:t1]  # (b, t, S)
+                grad_energy.addmv_(block.view(-1, A).t(), grad.reshape(-1))
+                block.mul_(block).sub_(1)  # h^2 - 1
+                block.mul_(grad.unsqueeze(-1)).mul_(-energy)  # de (1 - h^2) v
+                grad_query[b0:b1, t0:t1] = block.sum(2)
+                grad_keys[b0:b1] += block.sum(1)
+        dtypes = ctx.dtypes
+        return grad_query.to(dtypes[0]), grad_keys.to(dtypes[1]), grad_energy.to(dtypes[2])
