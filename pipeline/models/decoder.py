@@ -26,6 +26,7 @@ from torch import nn
 from pipeline.config import ModelConfig
 from pipeline.data.tokenized import PAD_ID
 from pipeline.models.attention import Memory, Scorer, attend
+from pipeline.models.dropout import Dropout
 from pipeline.models.encoder import RNNS, EncoderOutput
 
 CELLS: dict[str, type[nn.Module]] = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}
@@ -73,7 +74,7 @@ class StackedCell(nn.Module):
         super().__init__()
         sizes = [input_size] + [hidden_size] * (layers - 1)
         self.cells = nn.ModuleList(CELLS[cell](size, hidden_size) for size in sizes)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(
         self, inputs: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor | None
@@ -100,7 +101,7 @@ class Decoder(nn.Module):
         self.hidden_size = config.hidden_size
         self.embedding = nn.Embedding(vocab_size, config.embedding_size, padding_idx=PAD_ID)
         self.bridge = Bridge(config.hidden_size, lstm=config.cell == "lstm")
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def prepare(
         self, encoded: EncoderOutput, src_mask: torch.Tensor

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pipeline.data.tokenized import PAD_ID
+from pipeline.models.dropout import Dropout
 
 RNNS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 """Registry: ``ModelConfig.cell`` -> fused multi-layer RNN class."""
@@ -63,7 +64,7 @@ class Encoder(nn.Module):
             bidirectional=bidirectional,
             dropout=dropout if layers > 1 else 0.0,
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         # Packing costs: on CPU its backward zero-fills an input-sized buffer once per
         # time step (a fifth of a training step, docs/benchmarks.md). The padded run
         # gives identical results whenever the final state is the top layer's output.
