@@ -1,11 +1,15 @@
-"""Pilot behind ``train.batch_tokens``: dev loss/BLEU after a fixed number of epochs for
-several batch sizes, on the real tokenized data (run ``dvc repro tokenize`` first).
+"""Pilot behind ``train.batch_tokens``: dev loss/BLEU after a fixed number of epochs, or
+a fixed training time, for several batch sizes, on the real tokenized data (run
+``dvc repro tokenize`` first).
 
     python -m benchmarks.batch_size_pilot --scorer none --hidden-size 256 \\
         --batch-tokens 500 1000 3000 --epochs 1
+    python -m benchmarks.batch_size_pilot --scorer additive --batch-tokens 3000 --minutes 5
+    python -m benchmarks.batch_size_pilot --scorer additive --epochs 2 --precision fp32
 
 Each batch size trains one variant from the same seed, one after the other, with one
-thread; the table compares them after the same number of epochs (same tokens seen).
+thread; the table compares them after the same number of epochs (same tokens seen) or,
+with ``--minutes``, the same wall time (run one batch size per process to use all cores).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ def main() -> None:
     cli.add_argument("--hidden-size", type=int, default=256)
     cli.add_argument("--batch-tokens", type=int, nargs="+", default=[1000, 3000])
     cli.add_argument("--epochs", type=int, default=1)
+    cli.add_argument("--minutes", type=float, default=0, help="time budget (0: epochs only)")
+    cli.add_argument("--precision", default=None, help="train.precision (default: params)")
     args = cli.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)
@@ -40,7 +46,13 @@ def main() -> None:
     rows = []
     for batch_tokens in args.batch_tokens:
         train = config.train.model_copy(
-            update={"batch_tokens": batch_tokens, "max_epochs": args.epochs, "patience": 99}
+            update={
+                "batch_tokens": batch_tokens,
+                "max_epochs": args.epochs,
+                "patience": 99,
+                "time_budget_minutes": args.minutes,
+                "precision": args.precision or config.train.precision,
+            }
         )
         variant = Variant(f"pilot-bt{batch_tokens}", model, train, {})
         with tempfile.TemporaryDirectory() as out_dir:

@@ -63,9 +63,10 @@ def summary(results: dict[str, Any]) -> list[str]:
     ceiling, threads, training = results["ceiling"], results["threads"], results["training"]
     hidden = max(results["setup"]["hidden_sizes"])
     main, plain = find(training, "additive", "luong", hidden), find(training, "none", "", hidden)
-    speedups = " / ".join(
-        f"{r['speedup']:.1f}x" for r in results["reference"] if r["scorer"] == "additive"
-    )
+    additive = [r for r in results["reference"] if r["scorer"] == "additive"]
+    speedups = " / ".join(f"{r['speedup']:.1f}x" for r in additive)
+    speedups_fp32 = " / ".join(f"{r['speedup_fp32']:.1f}x" for r in additive)
+    precision = results["setup"]["precision"]
     greedy, beam = {r["scorer"]: r for r in results["decoding"]}["additive"]["searches"]
     memory = ", ".join(
         f"h{h} {find(training, 'additive', 'luong', h)['peak_rss_mib']:.0f} MiB"
@@ -75,10 +76,20 @@ def summary(results: dict[str, Any]) -> list[str]:
     rows = [
         ["fp32 matmul ceiling, 1 / 2 threads", f"{gflops(ceiling['one_thread']['flops_per_s'])}"
          f" / {gflops(ceiling['two_threads']['flops_per_s'])} GFLOP/s"],
-        *([f"training, {name} h{hidden}, 1 thread", f"{r['tokens_per_s']:.0f} tok/s, "
-           f"{gflops(r['flops_per_s'])} GFLOP/s ({percent(r['ceiling_fraction'])} of ceiling)"]
+        ["bf16 matmul, 1 / 2 threads (for comparison)",
+         f"{gflops(ceiling['bf16_one_thread']['flops_per_s'])} / "
+         f"{gflops(ceiling['bf16_two_threads']['flops_per_s'])} GFLOP/s"],
+        *([f"training, {name} h{hidden}, 1 thread, {precision}", f"{r['tokens_per_s']:.0f} "
+           f"tok/s, {gflops(r['flops_per_s'])} GFLOP/s ({percent(r['ceiling_fraction'])} of "
+           "the fp32 ceiling)"]
           for name, r in (("additive luong", main), ("none", plain))),
-        [f"pipeline / per-step reference, additive h{hidden} (luong / bahdanau)", speedups],
+        [f"2 concurrent 1-thread trials (additive + none luong h{hidden}), {precision}",
+         f"{gflops(threads['mixed_pair_flops_per_s'])} GFLOP/s, "
+         f"{percent(threads['mixed_pair_ceiling_fraction'])} of the 2-thread fp32 ceiling"],
+        [f"pipeline ({precision}) / per-step fp32 reference, additive h{hidden} "
+         "(luong / bahdanau)", speedups],
+        [f"pipeline (fp32) / per-step fp32 reference, additive h{hidden} (luong / bahdanau)",
+         speedups_fp32],
         [f"decoding, additive h{hidden}, greedy / beam 5", f"{greedy['sentences_per_s']:.0f} / "
          f"{beam['sentences_per_s']:.1f} sentences/s"],
         ["peak RSS of a training trial (additive luong)", memory],
@@ -99,8 +110,14 @@ def ceiling_section(results: dict[str, Any]) -> list[str]:
         ["2 processes x 1 thread, at once (sum)", gflops(ceiling["two_processes_flops_per_s"]),
          percent(pair[0]["other_load"])],
     ]  # fmt: skip
+    for threads in ("one", "two"):
+        bf16 = ceiling[f"bf16_{threads}_thread" + ("s" if threads == "two" else "")]
+        rows.append([f"bf16, 1 process x {1 if threads == 'one' else 2} thread(s)",
+                     gflops(bf16["flops_per_s"]), percent(bf16["other_load"])])  # fmt: skip
     title = f"## 1. Ceiling: fp32 matmul {size}x{size} @ {size}x{size} (median)"
-    return [title, ""] + table("arrangement|GFLOP/s|other load", rows)
+    note = ("Fractions below are of the fp32 ceiling (the target's yardstick); bf16 rows show "
+            "what this CPU's AMX units give the pipeline's bf16 matrix products.")  # fmt: skip
+    return [title, ""] + table("arrangement|GFLOP/s|other load", rows) + ["", note]
 
 
 def training_section(results: dict[str, Any]) -> list[str]:
@@ -112,7 +129,8 @@ def training_section(results: dict[str, Any]) -> list[str]:
         for r in training
     ]  # fmt: skip
     first = training[0]
-    lines = ["## 2. Training, 1 thread", "",
+    precision = results["setup"]["precision"]
+    lines = [f"## 2. Training, 1 thread, precision {precision}", "",
              f"Data: {first['data']}; timed batches: {first['mean_sentences']:.0f} sentences, "
              f"{first['mean_source_positions']:.0f} x {first['mean_target_positions']:.0f} "
              "padded source x target positions on average.", ""]  # fmt: skip
@@ -148,13 +166,17 @@ def executed_ratio(trial: dict[str, Any]) -> float:
 def reference_section(results: dict[str, Any]) -> list[str]:
     rows = [
         [r["scorer"], r["wiring"], r["hidden_size"], f"{r['pipeline']['tokens_per_s']:.0f}",
+         f"{r['pipeline_fp32']['tokens_per_s']:.0f}",
          f"{r['reference']['tokens_per_s']:.0f}", f"{r['speedup']:.2f}x",
+         f"{r['speedup_fp32']:.2f}x",
          f"{executed_ratio(r['reference']):.2f}x",
          f"{r['reference']['loss_relative_difference']:.1e}", percent(r["reference"]["other_load"])]
         for r in results["reference"]
     ]  # fmt: skip
     header = (
-        "scorer|wiring|hidden|pipeline tok/s|reference tok/s|speed-up|reference FLOPs / model"
+        f"scorer|wiring|hidden|pipeline ({results['setup']['precision']}) tok/s"
+        "|pipeline (fp32) tok/s|reference (fp32) tok/s|speed-up|speed-up, fp32 only"
+        "|reference FLOPs / model"
         "|loss rel. difference|other load"
     )
     title = "## 3. Pipeline vs per-step reference (benchmarks/reference.py), 1 thread"
@@ -164,7 +186,8 @@ def reference_section(results: dict[str, Any]) -> list[str]:
 def decoding_section(results: dict[str, Any]) -> list[str]:
     rows = [
         [row["scorer"], row["hidden_size"],
-         "greedy" if s["beam_size"] == 1 else f"beam {s['beam_size']}", s["batch_sentences"],
+         ("greedy" if s["beam_size"] == 1 else f"beam {s['beam_size']}")
+         + f" ({s.get('precision', 'fp32')})", s["batch_sentences"],
          f"{s['sentences_per_s']:.1f}",
          f"{s['mean_hypothesis_tokens']:.1f} ({s['mean_reference_tokens']:.1f})",
          percent(s["share_at_length_limit"]), f"{row['peak_rss_mib']:.0f}",

@@ -7,12 +7,14 @@
 Measures, each trial in its own process (``benchmarks.worker``):
 
 1. ceiling: fp32 2048x2048 matmul FLOP/s with 1 thread, 2 threads, and 2 one-thread
-   processes at once;
+   processes at once; bf16 with 1 and 2 threads for comparison;
 2. training: target tokens/s and achieved model FLOP/s (``benchmarks.flops``) of every
    scorer x wiring at hidden 128 and 256, 1 thread, on the first batches of epoch 1 of
    ``data/tok/train.npz`` (random ids if absent); a fraction of the 1-thread ceiling;
+   in the pipeline's precision (``--precision``, default ``auto``: bf16 on AMX CPUs);
 3. the pipeline vs ``benchmarks.reference`` (a per-step tutorial implementation of the
-   same model, checked to compute the same loss): additive and dot, both wirings;
+   same model in fp32 with plain Adam, checked to compute the same loss): additive and
+   dot, both wirings; the pipeline in its precision and in fp32;
 4. decoding: sentences/s of greedy and beam-5 search (``pipeline.decoding`` batch sizes)
    on 300 test sentences, with the study's trained checkpoints when ``models/`` has them;
 5. peak RSS of every trial;
@@ -45,6 +47,7 @@ from benchmarks.markdown import find, render
 from benchmarks.study_log import parse_study_log
 from benchmarks.trials import ROOT, TrialRunner, cpu_model, other_load
 from pipeline.config import SCORERS
+from pipeline.models.precision import PRECISIONS, resolve
 
 logger = logging.getLogger("benchmarks.run")
 MAIN_VARIANT = {"scorer": "additive", "wiring": "luong"}
@@ -65,6 +68,7 @@ def train_spec(args, scorer: str, wiring: str, hidden: int, **extra) -> dict[str
         "tok_dir": str(args.tok_dir),
         "seed": 1,
         "threads": 1,
+        "precision": args.precision,
         **extra,
     }
 
@@ -78,11 +82,16 @@ def measure_ceiling(args, runner: TrialRunner) -> dict[str, Any]:
     pair = runner.run([{**spec, "threads": 1}, {**spec, "threads": 1}])
     total = sum(r["flops_per_s"] for r in pair)
     logger.info("matmul 2 processes x 1 thread: %.1f GFLOP/s in all", total / 1e9)
+    bf16 = {n: runner.one({**spec, "threads": n, "dtype": "bf16"}) for n in (1, 2)}
+    logger.info("bf16 matmul 1 / 2 threads: %.1f / %.1f GFLOP/s",
+                bf16[1]["flops_per_s"] / 1e9, bf16[2]["flops_per_s"] / 1e9)  # fmt: skip
     return {
         "one_thread": one,
         "two_threads": two,
         "two_processes": pair,
         "two_processes_flops_per_s": total,
+        "bf16_one_thread": bf16[1],
+        "bf16_two_threads": bf16[2],
     }
 
 
@@ -123,8 +132,9 @@ def measure_reference(
     hidden, rows = max(args.hidden_sizes), []
     for scorer in ("additive", "dot"):
         for wiring in ("luong", "bahdanau"):
-            spec = train_spec(args, scorer, wiring, hidden, implementation="reference")
-            reference = runner.one({**spec, "check": True})
+            spec = train_spec(args, scorer, wiring, hidden, precision="fp32")
+            reference = runner.one({**spec, "implementation": "reference", "check": True})
+            pipeline_fp32 = runner.one(spec)
             pipeline = find(training, scorer, wiring, hidden)
             speedup = pipeline["tokens_per_s"] / reference["tokens_per_s"]
             rows.append(
@@ -133,17 +143,20 @@ def measure_reference(
                     "wiring": wiring,
                     "hidden_size": hidden,
                     "pipeline": pipeline,
+                    "pipeline_fp32": pipeline_fp32,
                     "reference": reference,
                     "speedup": speedup,
+                    "speedup_fp32": pipeline_fp32["tokens_per_s"] / reference["tokens_per_s"],
                 }
             )
             logger.info(
-                "reference %s %s h%d: %.0f tok/s; pipeline %.1fx (loss diff %.1e)",
+                "reference %s %s h%d: %.0f tok/s; pipeline %.1fx, fp32 %.1fx (loss diff %.1e)",
                 scorer,
                 wiring,
                 hidden,
                 reference["tokens_per_s"],
                 speedup,
+                rows[-1]["speedup_fp32"],
                 reference["loss_relative_difference"],
             )
     return rows
@@ -189,6 +202,7 @@ def measure_decoding(args, runner: TrialRunner) -> list[dict[str, Any]]:
             "checkpoint": str(checkpoint),
             "sentences": args.decode_sentences,
             "beam_sizes": [1, 5],
+            "precision": args.precision,
             "seed": 0,
             "threads": 1,
         }
@@ -222,6 +236,7 @@ def setup_summary(args) -> dict[str, Any]:
         "quick": args.quick,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "max_other_load": args.max_other_load,
+        "precision": args.precision,
     }
 
 
@@ -252,8 +267,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=900.0,
         help="most seconds spent waiting for and repeating trials",
     )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="the pipeline's train/evaluate.precision (the reference always runs fp32)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script")
     args = parser.parse_args(argv)
+    args.precision = resolve(args.precision, "cpu")
     if args.quick:
         args.hidden_sizes, args.embedding_size, args.batch_tokens = [16, 32], 32, 600
         args.warmup, args.steps, args.window_seconds = 1, 1, 1.0

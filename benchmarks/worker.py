@@ -65,7 +65,8 @@ def model_config(spec: dict[str, Any]) -> ModelConfig:
 
 
 def run_matmul(spec: dict[str, Any]) -> dict[str, Any]:
-    return workloads.time_matmul(spec["size"], spec["seconds"], barrier(spec))
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[spec.get("dtype", "fp32")]
+    return workloads.time_matmul(spec["size"], spec["seconds"], barrier(spec), dtype)
 
 
 def run_train(spec: dict[str, Any]) -> dict[str, Any]:
@@ -91,6 +92,8 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
             batches,
             warmup=spec["warmup"],
             steps=spec["steps"],
+            implementation=spec["implementation"],
+            precision=spec.get("precision", "fp32"),
             window_seconds=spec.get("window_seconds", 0.0),
             before_timing=barrier(spec),
         )
@@ -106,7 +109,10 @@ def run_decode(spec: dict[str, Any]) -> dict[str, Any]:
     split = split.subset(np.sort(rng.choice(len(split), count, replace=False)))
     model, trained = load_trained(spec, config)
     result: dict[str, Any] = {"data": source, "model": trained, "rss_setup_mib": current_rss_mib()}
-    result["searches"] = [workloads.time_decoding(model, split, k) for k in spec["beam_sizes"]]
+    precision = spec.get("precision", "fp32")
+    result["searches"] = [
+        workloads.time_decoding(model, split, k, precision) for k in spec["beam_sizes"]
+    ]
     return result
 
 

@@ -18,10 +18,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.flops import BatchShape, training_flops
 from benchmarks.reference import ReferenceSeq2Seq
+from pipeline import training
 from pipeline.config import EvaluateConfig, ModelConfig
 from pipeline.data.batching import Batch, epoch_batches, make_batch
 from pipeline.data.tokenized import TokenizedSplit
 from pipeline.decoding import BEAM_BATCH_SENTENCES, GREEDY_BATCH_SENTENCES, decode_split
+from pipeline.models.precision import autocast
 from pipeline.models.seq2seq import Seq2Seq
 
 VOCAB_SIZE = 4000
@@ -81,10 +83,20 @@ def loss_agreement(config: ModelConfig, vocab: int, batch: Batch) -> float:
     return abs(found - expected) / abs(expected)
 
 
-def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch) -> int:
-    """One optimizer step, as ``pipeline.training._Trainer._train_step`` does it."""
-    loss_sum, tokens = model.loss(batch, LABEL_SMOOTHING)
-    loss_sum.item()  # the trainer reads the loss every step (divergence check)
+def make_optimizer(implementation: str, model: nn.Module) -> torch.optim.Optimizer:
+    """The trainer's optimizer for the pipeline; the tutorials' plain Adam for the reference."""
+    if implementation == "pipeline":
+        return training.make_optimizer(model, LEARNING_RATE)
+    return torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+
+
+def training_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, precision: str = "fp32"
+) -> int:
+    """One optimizer step, as ``pipeline.training._Trainer._train_step`` does it, with the
+    matrix products in ``precision`` (resolved: fp32 or bf16)."""
+    with autocast(precision, "cpu"):
+        loss_sum, tokens = model.loss(batch, LABEL_SMOOTHING)
     optimizer.zero_grad(set_to_none=True)
     (loss_sum / tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
@@ -99,6 +111,8 @@ def time_training(
     *,
     warmup: int,
     steps: int,
+    implementation: str = "pipeline",
+    precision: str = "fp32",
     window_seconds: float = 0.0,
     vocab: int = VOCAB_SIZE,
     before_timing: Callable[[], None] | None = None,
@@ -108,15 +122,15 @@ def time_training(
     what it executes), call ``before_timing`` (a start barrier), then time
     ``steps`` steps, or as many as start within ``window_seconds`` when that is set.
     Timed steps cycle through ``batches[warmup:]``. Only the steps themselves are timed."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    optimizer = make_optimizer(implementation, model)
     with FlopCounterMode(display=False) as counter:  # the first warm-up step, counted
-        training_step(model, optimizer, batches[0])
+        training_step(model, optimizer, batches[0], precision)
     executed = {
         "counted_flops_first_batch": counter.get_total_flops(),
         "model_flops_first_batch": training_flops(config, vocab, BatchShape.of(batches[0])),
     }
     for index in range(1, warmup):
-        training_step(model, optimizer, batches[index % len(batches)])
+        training_step(model, optimizer, batches[index % len(batches)], precision)
     if before_timing is not None:
         before_timing()
     tokens, flops, seconds, count = 0, 0, 0.0, 0
@@ -124,7 +138,7 @@ def time_training(
     while (count < steps) if not window_seconds else (time.time() - window_start < window_seconds):
         batch = batches[warmup + count % (len(batches) - warmup)]
         start = time.perf_counter()
-        tokens += training_step(model, optimizer, batch)
+        tokens += training_step(model, optimizer, batch, precision)
         seconds += time.perf_counter() - start
         flops += training_flops(config, vocab, BatchShape.of(batch))
         count += 1
@@ -152,9 +166,11 @@ def batch_statistics(batches: list[Batch]) -> dict[str, float]:
     }
 
 
-def time_decoding(model: Seq2Seq, split: TokenizedSplit, beam_size: int) -> dict:
+def time_decoding(
+    model: Seq2Seq, split: TokenizedSplit, beam_size: int, precision: str = "fp32"
+) -> dict:
     """Sentences/s of ``pipeline.decoding.decode_split`` (its batch sizes, length-sorted)."""
-    config = EvaluateConfig(beam_size=beam_size)
+    config = EvaluateConfig(beam_size=beam_size, precision=precision)
     decode_split(model, split.subset(np.arange(16)), config, MAX_DECODE_RATIO, "cpu")
     start = time.perf_counter()
     hypotheses, _ = decode_split(model, split, config, MAX_DECODE_RATIO, "cpu")
@@ -163,6 +179,7 @@ def time_decoding(model: Seq2Seq, split: TokenizedSplit, beam_size: int) -> dict
     lengths = np.array([len(h) for h in hypotheses])
     return {
         "beam_size": beam_size,
+        "precision": precision,
         "batch_sentences": GREEDY_BATCH_SENTENCES if beam_size == 1 else BEAM_BATCH_SENTENCES,
         "sentences": len(split),
         "seconds": seconds,
@@ -173,10 +190,16 @@ def time_decoding(model: Seq2Seq, split: TokenizedSplit, beam_size: int) -> dict
     }
 
 
-def time_matmul(size: int, seconds: float, before_timing: Callable[[], None] | None = None) -> dict:
-    """fp32 ``size x size @ size x size`` FLOP/s, repeated for ``seconds`` after 2 warm-ups."""
-    left, right = torch.randn(size, size), torch.randn(size, size)
-    out = torch.empty(size, size)
+def time_matmul(
+    size: int,
+    seconds: float,
+    before_timing: Callable[[], None] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict:
+    """``size x size @ size x size`` FLOP/s in ``dtype``, repeated for ``seconds`` after 2
+    warm-ups."""
+    left, right = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    out = torch.empty(size, size, dtype=dtype)
     for _ in range(2):
         torch.mm(left, right, out=out)
     if before_timing is not None:

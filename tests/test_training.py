@@ -208,3 +208,13 @@ def test_dev_bleu_scores_detokenized_greedy_output(tiny_tok_dir, tiny_model_conf
     half = [ids[: len(ids) // 2] for ids in references]
     monkeypatch.setattr(training, "translate", lambda *args, **kwargs: (half, None))
     assert training.dev_bleu(model, dev, data.tgt_tokenizer, max_ratio=2.0, device="cpu") < 100.0
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_each_precision_trains_and_is_recorded(precision, make_variant, tiny_tok_dir, tmp_path):
+    result = train_variant(
+        make_variant("general", max_epochs=2, precision=precision), tiny_tok_dir, tmp_path
+    )
+    assert result.precision == precision
+    losses = [row["train_loss"] for row in result.history]
+    assert all(math.isfinite(x) for x in losses) and losses[1] < losses[0]
