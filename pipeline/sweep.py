@@ -5,7 +5,8 @@
   whose hash matches and trains only the rest; a variant whose hash changed starts over.
 - Resumption: a trial resumes from ``models/<id>/last.pt`` (written atomically every
   epoch by :func:`pipeline.training.train_variant`), so a sweep killed by Ctrl-C or
-  SIGKILL continues where each variant stopped.
+  SIGKILL continues where each variant stopped. A finished variant's ``last.pt`` is
+  deleted once its ``result.json`` is written.
 - Faults: Tune retries a trial that raises (``train.ray.max_failures``), then records it
   as failed; the other trials finish.
 - Tracking: :class:`MlflowCallback` runs in this (driver) process and writes every
@@ -106,6 +107,9 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, dict[str, Any]]) -> 
     except Exception as err:  # a figure must never fail a trained variant
         logger.warning("%s: no dev attention figure (%s)", variant.id, err)
     write_json(out_dir / RESULT_FILE, {"config_hash": spec["config_hash"], "summary": summary})
+    # Finished: result.json now caches the variant, so the resume state (weights + Adam,
+    # 3x the checkpoint) would only fill DVC's cache of models/.
+    (out_dir / "last.pt").unlink(missing_ok=True)
     tune.report({"done": True, **{k: v for k, v in summary.items() if _scalar(v)}})
 
 

@@ -47,6 +47,7 @@ def test_grid_trains_every_variant_with_outputs(trained):
         folder = root / "models" / variant_id
         for name in ("checkpoint.pt", "history.csv", "config.json", "result.json"):
             assert (folder / name).is_file(), (variant_id, name)
+        assert not (folder / "last.pt").exists(), variant_id  # finished: no resume state
     assert (root / "models" / "additive-fwd-h16-s1" / "dev_attention.png").is_file()
     assert not (root / "models" / "none-fwd-h16-s1" / "dev_attention.png").exists()
 
@@ -65,6 +66,9 @@ def test_mlflow_children_nest_under_one_parent_with_epoch_metrics(trained):
         assert child.data.params["model.hidden_size"] == "16"
         assert child.data.tags["variant"] == child.info.run_name
         assert {"git_commit", "data_hash"} <= set(child.data.tags)
+        assert child.data.params["train.precision"] == "auto"  # as configured ...
+        assert child.data.tags["precision"] in ("fp32", "bf16")  # ... and as resolved
+        assert child.data.tags["device"] == "cpu"
         history = client.get_metric_history(child.info.run_id, "dev_loss")
         epochs = sweep["variants"][child.info.run_name]["epochs_run"]
         assert [m.step for m in history] == list(range(1, epochs + 1))
