@@ -8,6 +8,7 @@ It uses the same workloads (``benchmarks.workloads``): the first batches of epoc
 steps (forward, loss, backward, clipping, Adam) of freshly initialised models.
 
     python -m benchmarks.train_throughput --threads 1 --steps 8   # from the repo root
+    python -m benchmarks.train_throughput --scorers additive none --precision fp32
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from benchmarks import workloads
 from pipeline.config import ModelConfig
+from pipeline.models.precision import PRECISIONS, resolve
 
 CASES = [
     ("none", "luong", False),
@@ -40,13 +42,18 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=workloads.VOCAB_SIZE)
     parser.add_argument("--batch-tokens", type=int, default=3000)
     parser.add_argument("--tok-dir", type=Path, default=Path("data/tok"))
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
+    parser.add_argument("--scorers", nargs="+", help="only these scorers")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    args.precision = resolve(args.precision, "cpu")
     torch.set_num_threads(args.threads)
     split, source = workloads.load_split(args.tok_dir, "train", args.vocab)
     batches = workloads.sample_batches(split, args.batch_tokens, args.warmup + args.steps, seed=1)
     rows = []
     for scorer, wiring, feeding in CASES:
+        if args.scorers and scorer not in args.scorers:
+            continue
         config = ModelConfig(
             scorer=scorer,
             wiring=wiring,
@@ -56,7 +63,13 @@ def main() -> None:
         )
         model = workloads.build_model("pipeline", config, args.vocab)
         timing = workloads.time_training(
-            model, config, batches, warmup=args.warmup, steps=args.steps, vocab=args.vocab
+            model,
+            config,
+            batches,
+            warmup=args.warmup,
+            steps=args.steps,
+            vocab=args.vocab,
+            precision=args.precision,
         )
         rows.append(
             {
