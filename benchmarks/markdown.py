@@ -97,6 +97,11 @@ def summary(results: dict[str, Any]) -> list[str]:
          f"{threads['pair_tokens_per_s']:.0f} vs {two:.0f} tok/s "
          f"({threads['pair_over_two_threads']:.2f}x)"],
     ]  # fmt: skip
+    if "speedup" in results.get("sweep", {}):
+        sweep = results["sweep"]
+        rows.append(["4-variant sweep through Ray, 2 vs 1 trials at a time",
+                     f"{duration(sweep['two']['seconds'])} vs "
+                     f"{duration(sweep['one']['seconds'])} ({sweep['speedup']:.2f}x)"])  # fmt: skip
     return table("measure|result", rows)
 
 
@@ -242,6 +247,30 @@ def threads_section(results: dict[str, Any]) -> list[str]:
     )
 
 
+def sweep_section(results: dict[str, Any]) -> list[str]:
+    sweep = results.get("sweep", {"skipped": "not measured"})
+    title = "## 8. Sweep scaling with Ray workers (benchmarks/sweep_scaling.py)"
+    if "skipped" in sweep:
+        return [title, "", f"Skipped: {sweep['skipped']}."]
+    one, two = sweep["one"], sweep["two"]
+    rows = [
+        [run["concurrent_trials"], run["variants"], run["steps_per_variant"],
+         duration(run["seconds"]), f"{run['trial_seconds']:.0f} s",
+         " / ".join(f"{t:.0f}" for t in run["tokens_per_s_per_trial"]),
+         percent(run["other_load_before"])]
+        for run in (one, two)
+    ]  # fmt: skip
+    header = ("trials at a time|variants|steps each|stage wall time|sum of trial times"
+              "|tokens/s per trial|other load before")  # fmt: skip
+    lines = [title, "", "The real train stage (Ray Tune + MLflow) on the study's data, "
+             "none/dot/additive/general at hidden 128.", ""]  # fmt: skip
+    return (
+        lines
+        + table(header, rows)
+        + ["", f"2 at a time / 1 at a time: {sweep['speedup']:.2f}x faster."]
+    )
+
+
 def study_section(results: dict[str, Any]) -> list[str]:
     study = results["study"]
     if "skipped" in study:
@@ -270,6 +299,6 @@ def render(results: dict[str, Any]) -> str:
              "", "## Summary", ""]  # fmt: skip
     lines += summary(results)
     for section in (ceiling_section, training_section, reference_section, decoding_section,
-                    memory_section, threads_section, study_section):  # fmt: skip
+                    memory_section, threads_section, study_section, sweep_section):  # fmt: skip
         lines += [""] + section(results)
     return "\n".join(lines) + "\n"

@@ -20,7 +20,9 @@ Measures, each trial in its own process (``benchmarks.worker``):
 5. peak RSS of every trial;
 6. threads: 2 concurrent 1-thread trials vs 1 trial with 2 threads; 2 concurrent trials
    (additive and none) as a fraction of the 2-thread ceiling;
-7. with ``--study-log``: per-stage wall times of a ``dvc repro`` log.
+7. with ``--study-log``: per-stage wall times of a ``dvc repro`` log;
+8. the grid's scaling with Ray workers: a 4-variant sweep through the real train stage
+   (Ray Tune, MLflow) with 1 and with 2 trials at a time (``benchmarks.sweep_scaling``).
 
 Training trials time ``--steps`` steps (default 6) after ``--warmup`` (default 2);
 concurrent trials start together (a barrier) and time ``--window-seconds``. Every trial
@@ -43,6 +45,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import sweep_scaling
 from benchmarks.markdown import find, render
 from benchmarks.study_log import parse_study_log
 from benchmarks.trials import ROOT, TrialRunner, cpu_model, other_load
@@ -273,6 +276,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="the pipeline's train/evaluate.precision (the reference always runs fp32)",
     )
+    parser.add_argument(
+        "--sweep-steps", type=int, default=150, help="steps per variant of section 8 (0: skip)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script")
     args = parser.parse_args(argv)
     args.precision = resolve(args.precision, "cpu")
@@ -282,6 +288,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.matmul_size, args.matmul_seconds, args.decode_sentences = 256, 0.2, 20
         args.models = Path("/nonexistent")  # the study's models are hidden 128/256
         args.busy_budget_seconds = 0.0
+        args.sweep_steps = min(args.sweep_steps, 5)
     args.tok_dir, args.models = args.tok_dir.resolve(), args.models.resolve()
     return args
 
@@ -298,6 +305,11 @@ def main(argv: list[str] | None = None) -> None:
     results["reference"] = measure_reference(args, runner, training)
     results["threads"] = measure_threads(args, runner, ceiling)
     results["decoding"] = measure_decoding(args, runner)
+    if args.sweep_steps:
+        runner.wait_for_quiet()
+        results["sweep"] = sweep_scaling.measure(args.tok_dir, args.sweep_steps, args.quick)
+    else:
+        results["sweep"] = {"skipped": "--sweep-steps 0"}
     if args.study_log:
         results["study"] = parse_study_log(args.study_log)
     else:

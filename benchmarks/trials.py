@@ -130,7 +130,7 @@ class TrialRunner:
     budget_seconds: float = 900.0
     spent_seconds: float = 0.0
 
-    def _wait_for_quiet(self) -> None:
+    def wait_for_quiet(self) -> None:
         start, logged = time.perf_counter(), False
         while other_load(0.5) > self.max_other_load and self.spent_seconds < self.budget_seconds:
             if not logged:
@@ -145,7 +145,7 @@ class TrialRunner:
         """Run ``specs`` at once (see :func:`run_trials`), on a quiet machine if possible."""
         best: list[dict[str, Any]] | None = None
         for attempt in range(1, self.attempts + 1):
-            self._wait_for_quiet()
+            self.wait_for_quiet()
             start = time.perf_counter()
             results = run_trials(specs)
             if best is None or results[0]["other_load"] < best[0]["other_load"]:
