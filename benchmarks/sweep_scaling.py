@@ -77,8 +77,27 @@ def time_sweep(tok_dir: Path, concurrent: int, steps: int, quick: bool) -> dict[
     }
 
 
+def ensure_tokenized(tok_dir: Path, scratch: Path) -> Path:
+    """``tok_dir`` if it holds the tokenized corpus; else fetch + tokenize the default
+    corpus into ``scratch`` with the real stages (seconds; a fresh clone has no data/)."""
+    if (tok_dir / "train.npz").is_file():
+        return tok_dir
+    logger.info("%s has no train.npz: running fetch and tokenize into %s", tok_dir, scratch)
+    raw, tok = scratch / "raw", scratch / "tok"
+    for command in (["stages.fetch", "--out", str(raw)],
+                    ["stages.tokenize", "--raw", str(raw), "--out", str(tok)]):  # fmt: skip
+        subprocess.run([sys.executable, "-m", *command], cwd=ROOT, check=True,
+                       capture_output=True)  # fmt: skip
+    return tok
+
+
 def measure(tok_dir: Path, steps: int, quick: bool = False) -> dict[str, Any]:
     """Both arrangements, one after the other, and the speed-up of 2 over 1."""
+    with tempfile.TemporaryDirectory(prefix="sweep-data-") as scratch:
+        return _measure(ensure_tokenized(tok_dir, Path(scratch)), steps, quick)
+
+
+def _measure(tok_dir: Path, steps: int, quick: bool) -> dict[str, Any]:
     runs = {}
     for concurrent in (1, 2):
         runs[concurrent] = time_sweep(tok_dir, concurrent, steps, quick)
