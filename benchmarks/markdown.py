@@ -138,7 +138,9 @@ def training_section(results: dict[str, Any]) -> list[str]:
     lines = [f"## 2. Training, 1 thread, precision {precision}", "",
              f"Data: {first['data']}; timed batches: {first['mean_sentences']:.0f} sentences, "
              f"{first['mean_source_positions']:.0f} x {first['mean_target_positions']:.0f} "
-             "padded source x target positions on average.", ""]  # fmt: skip
+             "padded source x target positions on average; padding "
+             f"{percent(first.get('source_padding', 0))} of source and "
+             f"{percent(first.get('target_padding', 0))} of target positions.", ""]  # fmt: skip
     lines += table(
         "scorer|wiring|hidden|target tokens/s|GFLOP/step|GFLOP/s|of 1-thread ceiling"
         "|peak RSS MiB|other load",

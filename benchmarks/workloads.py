@@ -157,12 +157,17 @@ def time_training(
 
 
 def batch_statistics(batches: list[Batch]) -> dict[str, float]:
-    """Mean sentences, padded source and target positions of the timed batches."""
+    """Mean sentences, padded source and target positions of the timed batches, and the
+    share of padding among all source and target positions."""
     shapes = [BatchShape.of(b) for b in batches]
+    source_cells = sum(b.src_mask.numel() for b in batches)
+    target_cells = sum(b.tgt_out.numel() for b in batches)
     return {
         "mean_sentences": float(np.mean([s.sentences for s in shapes])),
         "mean_source_positions": float(np.mean([s.source_positions for s in shapes])),
         "mean_target_positions": float(np.mean([s.target_positions for s in shapes])),
+        "source_padding": 1 - sum(int(b.src_mask.sum()) for b in batches) / source_cells,
+        "target_padding": 1 - sum(b.n_tokens for b in batches) / target_cells,
     }
 
 
