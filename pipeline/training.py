@@ -242,7 +242,9 @@ class _Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, end_of_epoch: bool) -> None:
-        self._check_pending()
+        start = time.perf_counter()
+        self._check_pending()  # on a GPU: waits for the queued steps, so they are timed
+        self.progress.totals[2] += time.perf_counter() - start
         p, model, device, dtype = self.progress, self.model, self.device, self.precision
         metrics = {
             "dev_loss": dev_loss(model, self.dev_split, self.dev_batches, device, dtype),
@@ -305,6 +307,7 @@ class _Trainer:
         payload = {
             "format": LAST_FORMAT,
             "config_hash": self.config_hash,
+            "precision": self.precision,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "progress": asdict(self.progress),
@@ -322,6 +325,9 @@ class _Trainer:
         if state.get("format") != LAST_FORMAT or state.get("config_hash") != self.config_hash:
             logger.warning("%s: other config or data; starting %s afresh", path, self.variant.id)
             return False
+        if state.get("precision", self.precision) != self.precision:
+            logger.warning("%s: trained so far in %s, continuing in %s (%s here)", path,
+                           state["precision"], self.precision, self.cfg.precision)  # fmt: skip
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress = Progress(**state["progress"])

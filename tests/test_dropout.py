@@ -39,3 +39,9 @@ def test_seeded_masks_repeat_and_eval_is_identity():
     layer.eval()
     assert layer(x) is x
     assert torch.equal(Dropout(1.0)(x), torch.zeros_like(x))
+
+
+def test_p_next_to_one_keeps_a_finite_scale():
+    torch.manual_seed(0)
+    out = Dropout(1 - 1e-7)(torch.ones(1000))
+    assert torch.isfinite(out).all()

@@ -21,6 +21,7 @@ The work is float32 even under autocast: CPU bfloat16 ``tanh`` is 5x slower than
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 BLOCK_ELEMENTS = 2**18
 """Elements of one (b, t, S, A) block: 1 MB of float32, inside a core's L2 cache."""
@@ -32,8 +33,13 @@ def additive_energy(query: torch.Tensor, keys: torch.Tensor, energy: torch.Tenso
     return _AdditiveEnergy.apply(query, keys, energy)
 
 
-def _block_shape(batch: int, steps: int, sources: int, size: int) -> tuple[int, int]:
-    """(b, t): batch rows and query steps per block, about BLOCK_ELEMENTS in all."""
+def _block_shape(
+    batch: int, steps: int, sources: int, size: int, device: torch.device
+) -> tuple[int, int]:
+    """(b, t): batch rows and query steps per block, about BLOCK_ELEMENTS in all on a CPU;
+    elsewhere one block (a GPU wants few, large kernels, and has the memory)."""
+    if device.type != "cpu":
+        return batch, steps
     row = sources * size  # elements per (batch row, query step)
     t_size = min(steps, max(1, BLOCK_ELEMENTS // row))
     return min(batch, max(1, BLOCK_ELEMENTS // (t_size * row))), t_size
@@ -62,7 +68,7 @@ class _AdditiveEnergy(torch.autograd.Function):
             query, keys, energy = query.to(dtype), keys.to(dtype), energy.to(dtype)
             (B, T, A), S = query.shape, keys.size(1)
             scores = query.new_empty((B, T, S))
-            b_size, t_size = _block_shape(B, T, S, A)
+            b_size, t_size = _block_shape(B, T, S, A, query.device)
             buffer = query.new_empty(b_size * t_size * S * A)
             for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
                 block = _tanh_block(buffer, query, keys, b0, b1, t0, t1)
@@ -71,6 +77,7 @@ class _AdditiveEnergy(torch.autograd.Function):
         return scores
 
     @staticmethod
+    @once_differentiable  # backward works in place on a scratch buffer
     def backward(ctx, grad_scores):
         query, keys, energy = ctx.saved_tensors
         with torch.autocast(query.device.type, enabled=False):
@@ -78,7 +85,7 @@ class _AdditiveEnergy(torch.autograd.Function):
             (B, T, A), S = query.shape, keys.size(1)
             grad_query, grad_keys = torch.empty_like(query), torch.zeros_like(keys)
             grad_energy = torch.zeros_like(energy)
-            b_size, t_size = _block_shape(B, T, S, A)
+            b_size, t_size = _block_shape(B, T, S, A, query.device)
             buffer = query.new_empty(b_size * t_size * S * A)
             for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
                 block = _tanh_block(buffer, query, keys, b0, b1, t0, t1)  # h, (b, t, S, A)

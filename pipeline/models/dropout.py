@@ -23,7 +23,12 @@ def keep_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor
     draws = torch.randint(-(2**63), 2**63 - 1, ((count + 3) // 4,), dtype=torch.int64,
                           device=device)  # fmt: skip
     uniform = draws.view(torch.int16)[:count].view(shape)  # uniform on [-32768, 32767]
-    return uniform >= round(p * LEVELS) - LEVELS // 2
+    return uniform >= _threshold(p) - LEVELS // 2
+
+
+def _threshold(p: float) -> int:
+    """Dropped 16-bit values out of 65536; at most 65535, so a kept share always remains."""
+    return min(round(p * LEVELS), LEVELS - 1)
 
 
 class Dropout(nn.Dropout):
@@ -34,6 +39,6 @@ class Dropout(nn.Dropout):
             return input
         if self.p == 1.0:
             return input * 0.0
-        scale = 1.0 / (1.0 - round(self.p * LEVELS) / LEVELS)
+        scale = 1.0 / (1.0 - _threshold(self.p) / LEVELS)
         mask = keep_mask(input.shape, self.p, input.device)
         return input * (mask * scale).to(input.dtype)

@@ -44,7 +44,8 @@ def resolve(precision: str, device: str | torch.device) -> str:
         return precision
     kind = torch.device(device).type
     if kind == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        native = torch.cuda.is_bf16_supported(including_emulation=False)  # Ampere and later
+        return "bf16" if native else "fp32"
     return "bf16" if kind == "cpu" and cpu_has_native_bf16() else "fp32"
 
 
