@@ -90,7 +90,8 @@ def summary(results: dict[str, Any]) -> list[str]:
          "(luong / bahdanau)", speedups],
         [f"pipeline (fp32) / per-step fp32 reference, additive h{hidden} (luong / bahdanau)",
          speedups_fp32],
-        [f"decoding, additive h{hidden}, greedy / beam 5", f"{greedy['sentences_per_s']:.0f} / "
+        [f"decoding, additive h{hidden}, greedy / beam 5 ({greedy.get('precision', 'fp32')})",
+         f"{greedy['sentences_per_s']:.0f} / "
          f"{beam['sentences_per_s']:.1f} sentences/s"],
         ["peak RSS of a training trial (additive luong)", memory],
         [f"2 x 1-thread trials vs 1 x 2-thread trial (additive h{hidden})",
@@ -265,7 +266,7 @@ def sweep_section(results: dict[str, Any]) -> list[str]:
     header = ("trials at a time|variants|steps each|stage wall time|sum of trial times"
               "|tokens/s per trial|other load before")  # fmt: skip
     lines = [title, "", "The real train stage (Ray Tune + MLflow) on the study's data, "
-             "none/dot/additive/general at hidden 128.", ""]  # fmt: skip
+             "none/dot/additive/general, one hidden size.", ""]  # fmt: skip
     return (
         lines
         + table(header, rows)

@@ -200,7 +200,8 @@ class TrainConfig(_Section):
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """Dtype of the matrix products (``torch.autocast``): ``auto`` = bf16 where the device
     multiplies it natively (AMX/AVX512-BF16 CPUs, bf16 GPUs), else fp32. Weights, optimizer
-    and loss stay fp32. bf16 trains 1.5-2x faster here at equal dev BLEU: docs/budget.md."""
+    and loss stay fp32. Equal dev loss/BLEU in a 2-epoch pilot; 1.03x faster at 1000-token
+    batches, 1.4x at 3000 on this CPU (docs/budget.md, docs/benchmarks.md)."""
     grid: dict[str, list[Any]] = Field(
         default_factory=lambda: {
             "scorer": list(SCORERS),
@@ -241,7 +242,7 @@ class EvaluateConfig(_Section):
     """Test sentences whose attention matrices are saved (seeded, across lengths)."""
     precision: Literal["auto", "fp32", "bf16"] = "fp32"
     """Dtype of the decoder's matrix products, as ``train.precision``. fp32 by default: bf16
-    beam search scored 0.1-0.2 BLEU lower for 1.1-1.4x the speed (docs/budget.md)."""
+    beam search scored 0.1-0.2 BLEU lower for 1.1-1.5x the speed (docs/budget.md)."""
 
 
 class ReportConfig(_Section):
