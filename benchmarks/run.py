@@ -1,6 +1,6 @@
 """Speed and memory benchmarks of the study, side by side in one run (``make bench``).
 
-    python -m benchmarks.run                                # ~5 minutes on an idle machine
+    python -m benchmarks.run                                # ~8 minutes on an idle machine
     python -m benchmarks.run --study-log /tmp/study.log     # also per-stage dvc repro times
     python -m benchmarks.run --quick --out /tmp/bench       # ~2 minutes: checks the script only
 
@@ -24,7 +24,7 @@ Measures, each trial in its own process (``benchmarks.worker``):
 8. the grid's scaling with Ray workers: a 4-variant sweep through the real train stage
    (Ray Tune, MLflow) with 1 and with 2 trials at a time (``benchmarks.sweep_scaling``).
 
-Training trials time ``--steps`` steps (default 6) after ``--warmup`` (default 2);
+Training trials time ``--steps`` steps (default 8) after ``--warmup`` (default 8);
 concurrent trials start together (a barrier) and time ``--window-seconds``. Every trial
 records ``other_load``, the share of the cores other processes used meanwhile; trials
 wait for a quiet machine and are repeated when disturbed (``--max-other-load``). Writes
@@ -253,8 +253,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hidden-sizes", type=int, nargs="+", default=[128, 256])
     parser.add_argument("--embedding-size", type=int, default=256)
     parser.add_argument("--batch-tokens", type=int, default=3000)
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per trial")
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per trial")
+    parser.add_argument("--warmup", type=int, default=8, help="untimed steps per trial")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per trial")
     parser.add_argument("--window-seconds", type=float, default=12.0)
     parser.add_argument("--matmul-size", type=int, default=2048)
     parser.add_argument("--matmul-seconds", type=float, default=3.0)
