@@ -4,6 +4,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -140,7 +141,9 @@ def test_failed_variants_are_reported_not_fatal(project):
         json.loads((root / "metrics" / "test.json").read_text())
     )
     readme = (root / "reports" / "README.md").read_text()
-    assert "## Failed variants" in readme and "loss is inf" in readme
+    assert "## Failed variants" in readme
+    # the overflow shows as inf (fp32 products) or nan (bf16 products: inf - inf)
+    assert re.search(r"loss is (inf|nan) at epoch 1 step 2", readme)
     significance = pd.read_csv(root / "eval" / "significance.csv")
     assert set(significance.comparison) == {"vs_none", "reversed_vs_forward"}
     assert len(significance) == 4
