@@ -2,7 +2,7 @@
 
     python -m benchmarks.run                                # ~8 minutes on an idle machine
     python -m benchmarks.run --study-log /tmp/study.log     # also per-stage dvc repro times
-    python -m benchmarks.run --quick --out /tmp/bench       # ~2 minutes: checks the script only
+    python -m benchmarks.run --quick --out /tmp/bench       # ~3.5 minutes: checks the script only
 
 Measures, each trial in its own process (``benchmarks.worker``):
 
