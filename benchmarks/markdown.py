@@ -116,10 +116,10 @@ def ceiling_section(results: dict[str, Any]) -> list[str]:
         ["2 processes x 1 thread, at once (sum)", gflops(ceiling["two_processes_flops_per_s"]),
          percent(pair[0]["other_load"])],
     ]  # fmt: skip
-    for threads in ("one", "two"):
-        bf16 = ceiling[f"bf16_{threads}_thread" + ("s" if threads == "two" else "")]
-        rows.append([f"bf16, 1 process x {1 if threads == 'one' else 2} thread(s)",
-                     gflops(bf16["flops_per_s"]), percent(bf16["other_load"])])  # fmt: skip
+    for key, threads in (("bf16_one_thread", 1), ("bf16_two_threads", 2)):
+        bf16 = ceiling[key]
+        rows.append([f"bf16, 1 process x {threads} thread(s)", gflops(bf16["flops_per_s"]),
+                     percent(bf16["other_load"])])  # fmt: skip
     title = f"## 1. Ceiling: fp32 matmul {size}x{size} @ {size}x{size} (median)"
     note = ("Fractions below are of the fp32 ceiling (the target's yardstick); bf16 rows show "
             "what this CPU's AMX units give the pipeline's bf16 matrix products.")  # fmt: skip

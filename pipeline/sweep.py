@@ -160,9 +160,8 @@ class MlflowCallback(tune.Callback):
         self.tracker.log_artifacts(
             run_id, [out_dir / n for n in ("history.csv", "config.json", "dev_attention.png")]
         )
-        summary = (cached_result(out_dir, self.specs[trial.config["variant"]]["config_hash"])
-                   or {}).get("summary", {})  # fmt: skip
-        resolved = {k: str(summary[k]) for k in ("precision", "device") if k in summary}
+        final = trial.last_result or {}  # the trial's last report carries its summary
+        resolved = {k: str(final[k]) for k in ("precision", "device") if k in final}
         if resolved:  # what train.precision: auto became on the trial's hardware
             self.tracker.set_tags(run_id, resolved)
         self.tracker.finish(run_id, "FINISHED")

@@ -48,14 +48,10 @@ class Batch:
         pinned memory without blocking, so moving a batch never waits for the steps the
         GPU still has queued."""
         target = torch.device(device)
-        if target.type == "cuda":
+        pinned = target.type == "cuda"
 
-            def move(t: torch.Tensor) -> torch.Tensor:
-                return t.pin_memory().to(target, non_blocking=True)
-        else:
-
-            def move(t: torch.Tensor) -> torch.Tensor:
-                return t.to(target)
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return (t.pin_memory() if pinned else t).to(target, non_blocking=pinned)
 
         return replace(
             self,

@@ -25,6 +25,7 @@ only scales them by the incoming scalar gradient; double backward is not support
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
@@ -42,19 +43,26 @@ BLOCK_ELEMENTS = 2**18
 Grads = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
 
 
+@dataclass(frozen=True)
+class _Options:
+    ignore_index: int
+    eps: float  # label smoothing
+    chunk_rows: int
+    compute_dtype: torch.dtype  # of the matmuls
+
+
 def _fused_pass(
     features: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     targets: torch.Tensor,
-    ignore_index: int,
-    eps: float,
-    chunk_rows: int,
-    compute_dtype: torch.dtype,
+    options: _Options,
     needs: tuple[bool, bool, bool],
 ) -> tuple[torch.Tensor, Grads]:
     """Summed loss of ``(N, H)`` features and, for the inputs flagged in ``needs``,
     the gradients of that sum (features, weight, bias)."""
+    ignore_index, eps = options.ignore_index, options.eps
+    chunk_rows, compute_dtype = options.chunk_rows, options.compute_dtype
     (rows_total, _), vocab, device = features.shape, weight.shape[0], features.device
     acc_dtype = torch.promote_types(compute_dtype, torch.float32)  # float64 stays float64
     acc = {"dtype": acc_dtype, "device": device}
@@ -124,17 +132,11 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
         weight: torch.Tensor,
         bias: torch.Tensor | None,
         targets: torch.Tensor,
-        ignore_index: int,
-        eps: float,
-        chunk_rows: int,
-        compute_dtype: torch.dtype,
+        options: _Options,
     ) -> torch.Tensor:
         needs = tuple(ctx.needs_input_grad[:3])
         with torch.autocast(features.device.type, enabled=False):
-            total, grads = _fused_pass(
-                features, weight, bias, targets, ignore_index, eps, chunk_rows,
-                compute_dtype, needs,
-            )  # fmt: skip
+            total, grads = _fused_pass(features, weight, bias, targets, options, needs)
         ctx.dtypes = (features.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.save_for_backward(*grads)
         return total
@@ -146,7 +148,7 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
             None if g is None else (g * grad_output).to(dtype)
             for g, dtype in zip(ctx.saved_tensors, ctx.dtypes)
         ]
-        return (*scaled, None, None, None, None, None)
+        return (*scaled, None, None)
 
 
 def projected_cross_entropy(
@@ -178,8 +180,8 @@ def projected_cross_entropy(
         compute_dtype = torch.get_autocast_dtype(device_type) if autocast else features.dtype
     features = features.reshape(-1, features.shape[-1])
     targets = targets.reshape(-1)
-    args = (features, weight, bias, targets, ignore_index, float(label_smoothing), chunk_rows,
-            compute_dtype)  # fmt: skip
+    options = _Options(ignore_index, float(label_smoothing), chunk_rows, compute_dtype)
+    args = (features, weight, bias, targets, options)
     inputs = (features, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         return _ProjectedCrossEntropy.apply(*args)
