@@ -125,7 +125,7 @@ def load_trained(spec: dict[str, Any], config: ModelConfig):
         from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 
         try:
-            vocab = VocabInfo.from_data(TokenizedData(Path(spec["tok_dir"])))
+            vocab = VocabInfo.from_data(TokenizedData.load(Path(spec["tok_dir"])))
             model = load_checkpoint(path, expected_vocab=vocab).model
             return model, f"trained ({os.path.relpath(path)})"
         except (OSError, ValueError) as error:

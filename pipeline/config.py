@@ -151,18 +151,26 @@ class ModelConfig(_Section):
 # --------------------------------------------------------------------------- train
 class RayConfig(_Section):
     address: str | None = None
-    """Ray cluster to join (``ray://host:10001`` or ``auto``); ``null`` (and no
-    ``RAY_ADDRESS``) starts a local Ray with this machine's cores."""
+    """Ray cluster to join (``auto``, or ``host:6379`` of its head); ``null`` (and no
+    ``RAY_ADDRESS``) starts a private local Ray with this machine's cores. Ray Client
+    addresses (``ray://``) are refused: the driver must run on the cluster."""
     cpus_per_trial: float = Field(1.0, gt=0)
-    """CPUs reserved per trial; the trial sets torch's thread count from it."""
+    """CPUs reserved per trial and decode task; it sets torch's thread count."""
     gpus_per_trial: float = Field(0.0, ge=0)
-    """GPUs per trial; fractions share one GPU between trials."""
+    """GPUs per trial and decode task; fractions share one GPU (and cap each process's
+    share of its memory). Without CUDA on the node the trial fails, never falls back."""
+    resources_per_trial: dict[str, float] = Field(default_factory=dict)
+    """Custom Ray resources per trial and decode task, e.g. ``{accelerator_type:A100: 0.01}``
+    or a node label given to ``ray start --resources``, to pin work to some nodes."""
     max_concurrent_trials: int = Field(0, ge=0)
     """Upper bound on trials at once (0 = as many as resources allow)."""
     max_failures: int = Field(1, ge=0)
-    """Retries of a trial that raises before it is recorded as failed."""
+    """Retries of a trial that raises before it is recorded as failed; a retry resumes
+    from the trial's latest Tune checkpoint."""
     storage_path: str | None = None
-    """Ray Tune storage (shared path for clusters); default ``models/.tune`` in the repo."""
+    """Ray Tune storage: the only place nodes share. A local path (default
+    ``.ray_results`` in the repo; on a cluster, a folder every node mounts, e.g. NFS) or a
+    URI passed to Tune unchanged (``s3://bucket/prefix``, ``gs://bucket/prefix``)."""
 
 
 class TrainConfig(_Section):

@@ -1,7 +1,8 @@
 """Decode a split with one trained variant: hypotheses, attention examples and statistics.
 
-Runs inside a Ray task (one per variant, see :func:`pipeline.sweep.run_tasks`) and
-writes only ``eval/<variant>/{hypotheses.txt,attention.npz,attention.json,decode.json}``.
+Runs inside a Ray task (one per variant, see :func:`pipeline.cluster.run_tasks`) that
+returns a :class:`DecodeResult`; the evaluate stage's driver writes it to
+``eval/<variant>/`` (:class:`pipeline.artifacts.EvalFiles`).
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import torch
 
+from pipeline.artifacts import EvalFiles, VariantFiles
+from pipeline.cluster import TaskResources, claim_device
 from pipeline.config import EvaluateConfig
 from pipeline.data.split import length_bucket
 from pipeline.data.tokenized import TokenizedData
@@ -68,46 +70,76 @@ def decode_split(model, split, config: EvaluateConfig, max_ratio: float, device)
     )
 
 
-def decode_variant(spec: dict[str, Any]) -> dict[str, Any]:
-    """Decode ``spec['split']`` with the variant's best checkpoint; write its files."""
-    torch.set_num_threads(max(1, int(spec.get("threads", 1))))
-    device = "cuda" if spec.get("gpus", 0) > 0 and torch.cuda.is_available() else "cpu"
-    config = EvaluateConfig.model_validate(spec["evaluate"])
-    data = TokenizedData(Path(spec["tok_dir"]))
+@dataclass(frozen=True)
+class DecodeSpec:
+    """One decode task: a variant's best checkpoint (its bytes travel with the task)."""
+
+    variant_id: str
+    checkpoint: bytes
+    split: str
+    evaluate: EvaluateConfig
+    max_ratio: float
+    examples: tuple[int, ...]  # sentences whose attention is kept
+    resources: TaskResources
+
+
+@dataclass
+class DecodeResult:
+    """What a decode task returns to the driver, which writes ``eval/<variant>/``."""
+
+    hypotheses: list[str]  # detokenized, one per sentence of the split, in order
+    stats: dict[str, float]  # decoding time; attention entropy / monotonicity gap
+    attention: dict[str, np.ndarray] = field(default_factory=dict)  # sentence_<i> -> (T, S)
+    pieces: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # their axes
+
+    def write(self, folder: Path) -> None:
+        files = EvalFiles(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        text = "".join(t.replace("\n", " ") + "\n" for t in self.hypotheses)
+        write_text(files.hypotheses, text)
+        if self.attention:
+            with atomic_path(files.attention) as tmp:
+                with open(tmp, "wb") as handle:
+                    np.savez_compressed(handle, **self.attention)
+            pieces = json.dumps(self.pieces, ensure_ascii=False, indent=1)
+            write_text(files.attention_pieces, pieces)
+        write_json(files.decode, self.stats)
+
+
+def decode_variant(spec: DecodeSpec, data: TokenizedData) -> DecodeResult:
+    """Ray task: decode ``spec.split`` with the variant's best checkpoint. Reads no file:
+    the checkpoint and the data arrive as arguments, the results go back to the driver."""
+    device = claim_device(spec.resources.gpus, spec.resources.cpus)
     loaded = load_checkpoint(
-        spec["checkpoint"], expected_vocab=VocabInfo.from_data(data), device=device
+        f"{spec.variant_id}/{VariantFiles.CHECKPOINT}",
+        data=spec.checkpoint,
+        expected_vocab=VocabInfo.from_data(data),
+        device=device,
     )
-    split = data.split(spec["split"])
+    split = data.split(spec.split)
     start = time.perf_counter()
-    hypotheses, attentions = decode_split(loaded.model, split, config, spec["max_ratio"], device)
+    hypotheses, attentions = decode_split(
+        loaded.model, split, spec.evaluate, spec.max_ratio, device
+    )
     seconds = time.perf_counter() - start
-    out_dir = Path(spec["out_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    texts = data.tgt_tokenizer.decode(hypotheses)
-    write_text(out_dir / "hypotheses.txt", "".join(t.replace("\n", " ") + "\n" for t in texts))
-    stats = {"decode_seconds": seconds, "sentences_per_s": len(split) / seconds}
+    result = DecodeResult(
+        data.tgt_tokenizer.decode(hypotheses),
+        {"decode_seconds": seconds, "sentences_per_s": len(split) / seconds},
+    )
     if loaded.model.has_attention:
-        stats.update(_attention_outputs(out_dir, data, split, hypotheses, attentions, spec))
-    write_json(out_dir / "decode.json", stats)
-    return stats
+        _attention_outputs(result, data, split, hypotheses, attentions, spec.examples)
+    return result
 
 
-def _attention_outputs(out_dir, data, split, hypotheses, attentions, spec) -> dict[str, float]:
-    examples = np.asarray(spec["examples"], dtype=np.int64)
-    arrays = {f"sentence_{i}": attentions[i] for i in examples}
-    with atomic_path(out_dir / "attention.npz") as tmp:
-        with open(tmp, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
-    pieces = {
-        f"sentence_{i}": {
+def _attention_outputs(result: DecodeResult, data, split, hypotheses, attentions, examples):
+    for i in examples:
+        key = f"sentence_{i}"
+        result.attention[key] = attentions[i]
+        result.pieces[key] = {
             "source": data.src_tokenizer.pieces(split.source(i).tolist()) + ["</s>"],
             "target": data.tgt_tokenizer.pieces(hypotheses[i]) + ["</s>"],
         }
-        for i in examples
-    }
-    write_text(out_dir / "attention.json", json.dumps(pieces, ensure_ascii=False, indent=1))
     present = [a for a in attentions if a is not None and a.size]
-    return {
-        "attention_entropy": float(np.mean([attention_entropy(a) for a in present])),
-        "attention_monotonicity_gap": float(np.nanmean([monotonicity_gap(a) for a in present])),
-    }
+    result.stats["attention_entropy"] = float(np.mean([attention_entropy(a) for a in present]))
+    gaps = [monotonicity_gap(a) for a in present]
+    result.stats["attention_monotonicity_gap"] = float(np.nanmean(gaps))

@@ -25,12 +25,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.artifacts import SWEEP_FILE, EvalFiles, VariantFiles
+from pipeline.cluster import TaskResources, init_ray, run_tasks
 from pipeline.config import Config
 from pipeline.data.fetch import read_tsv_pairs
-from pipeline.decoding import attention_example_indices, decode_variant
+from pipeline.data.tokenized import TokenizedData
+from pipeline.decoding import DecodeSpec, attention_example_indices, decode_variant
 from pipeline.evaluation import Buckets, Scorer, paired_bootstrap, score_system
 from pipeline.io import atomic_dir, atomic_path, write_json, write_text
-from pipeline.sweep import SWEEP_FILE, run_tasks
 from pipeline.tracking import Tracker
 
 logger = logging.getLogger(__name__)
@@ -104,26 +106,29 @@ def evaluate(
         buckets.count,
         config.evaluate.bootstrap_seed,
     )
+    data = TokenizedData.load(tok_dir)
+    resources = TaskResources.from_config(config.train.ray)
+    specs = {
+        variant_id: DecodeSpec(
+            variant_id,
+            _checkpoint_bytes(models_dir / variant_id),
+            "test",
+            config.evaluate,
+            config.train.max_decode_ratio,
+            tuple(int(i) for i in examples),
+            resources,
+        )
+        for variant_id in trained
+    }
+    init_ray(config.train.ray)
+    decoded = run_tasks(decode_variant, specs, resources, "decode test", (data,))
     with atomic_dir(out_dir) as tmp:
-        specs = {
-            variant_id: {
-                "checkpoint": str(models_dir / variant_id / "checkpoint.pt"),
-                "tok_dir": str(tok_dir),
-                "out_dir": str(tmp / variant_id),
-                "split": "test",
-                "evaluate": config.evaluate.model_dump(),
-                "max_ratio": config.train.max_decode_ratio,
-                "examples": examples.tolist(),
-                "threads": config.train.ray.cpus_per_trial,
-                "gpus": config.train.ray.gpus_per_trial,
-            }
-            for variant_id, info in trained.items()
-        }
-        decoded = run_tasks(decode_variant, specs, config, root, "decode test")
+        for variant_id, result in decoded.items():
+            result.write(tmp / variant_id)
         scorer = Scorer(target_language=_target_language(raw_dir))
         metrics, statistics = {}, {}
         for variant_id in trained:
-            hypotheses = (tmp / variant_id / "hypotheses.txt").read_text().splitlines()
+            hypotheses = decoded[variant_id].hypotheses
             result = score_system(
                 scorer,
                 hypotheses,
@@ -133,12 +138,11 @@ def evaluate(
                 config.evaluate.bootstrap_samples,
                 config.evaluate.bootstrap_seed,
             )
-            result.update(decoded[variant_id])
+            result.update(decoded[variant_id].stats)
             result["beam_size"] = config.evaluate.beam_size
-            write_json(tmp / variant_id / "metrics.json", result)
-            pd.DataFrame(result["by_length"]).to_csv(
-                tmp / variant_id / "by_length.csv", index=False
-            )
+            files = EvalFiles(tmp / variant_id)
+            write_json(files.metrics, result)
+            pd.DataFrame(result["by_length"]).to_csv(files.by_length, index=False)
             metrics[variant_id] = result
             statistics[variant_id] = scorer.statistics(hypotheses, references)
         significance = _significance(scorer, trained, statistics, config)
@@ -150,6 +154,14 @@ def evaluate(
         pd.DataFrame(rows).to_csv(path, index=False)
     _log_to_mlflow(config, root, sweep, metrics, out_dir)
     return summary
+
+
+def _checkpoint_bytes(folder: Path) -> bytes:
+    path = VariantFiles(folder).checkpoint
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise EvaluationError(f"{path}: not found (run `dvc repro train`)") from None
 
 
 def _target_language(raw_dir: Path) -> str | None:
@@ -208,5 +220,5 @@ def _log_to_mlflow(config: Config, root: Path, sweep: dict, metrics: dict, out_d
         values.update({_metric_name(b["bucket"]): b["bleu"] for b in result["by_length"]})
         tracker.log_metrics(run_id, values, step=0)
         tracker.set_tags(run_id, {"sacrebleu_signature": result["signature"]})
-        folder = out_dir / variant_id
-        tracker.log_artifacts(run_id, [folder / "metrics.json", folder / "by_length.csv"], "test")
+        files = EvalFiles(out_dir / variant_id)
+        tracker.log_artifacts(run_id, [files.metrics, files.by_length], "test")

@@ -32,6 +32,7 @@ import torch
 from sacrebleu.metrics import BLEU
 from tqdm import tqdm
 
+from pipeline.artifacts import VariantFiles
 from pipeline.data.batching import epoch_batches, make_batch, padding_fraction, token_batches
 from pipeline.data.tokenized import SubwordTokenizer, TokenizedData, TokenizedSplit
 from pipeline.grid import Variant
@@ -72,6 +73,7 @@ class TrainResult:
     precision: str  # resolved train.precision: fp32 | bf16
     stop_reason: str  # max_epochs | early_stopping | max_steps | time_budget
     history: list[dict[str, float]]
+    resumed_at_step: int = 0  # step of the resume state this run continued from (0: none)
 
 
 @dataclass
@@ -95,20 +97,23 @@ class Progress:
 
 def train_variant(
     variant: Variant,
-    tok_dir: Path,
+    data: TokenizedData | Path,
     out_dir: Path,
     *,
     callback: Callable[[dict[str, Any]], None] | None = None,
     device: str | torch.device = "cpu",
     resume: bool = True,
 ) -> TrainResult:
-    """Train ``variant`` on ``tok_dir`` into ``out_dir``; ``callback(row)`` after each epoch."""
+    """Train ``variant`` on ``data`` (or the ``data/tok`` folder it names) into ``out_dir``;
+    ``callback(row)`` after each epoch, once its files in ``out_dir`` are written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    trainer = _Trainer(variant, TokenizedData(Path(tok_dir)), out_dir, callback, device)
+    if not isinstance(data, TokenizedData):
+        data = TokenizedData.load(data)
+    trainer = _Trainer(variant, data, out_dir, callback, device)
     if not (resume and trainer.restore()):
         write_json(
-            out_dir / "config.json",
+            VariantFiles(out_dir).config,
             {"variant": variant.id, "axes": variant.axes, "params": variant.flat_params()},
         )
     trainer.run()
@@ -173,6 +178,7 @@ class _Trainer:
         self.optimizer = make_optimizer(self.model, self.cfg.learning_rate)
         self.progress = Progress(learning_rate=self.cfg.learning_rate)
         self._wall_base, self._session_start = 0.0, time.perf_counter()
+        self.resumed_at_step = 0
 
     # ------------------------------------------------------------------ epoch loop
     def run(self) -> None:
@@ -259,7 +265,7 @@ class _Trainer:
         if not p.best or value > p.best["value"]:
             p.best, p.improved_this_epoch = {"value": value, "epoch": p.epoch, "step": p.step}, True
             p.best.update(metrics)
-            path = self.out_dir / "checkpoint.pt"
+            path = VariantFiles(self.out_dir).checkpoint
             save_checkpoint(path, model, self.vocab, self.variant.id, extra=p.best)
         if not end_of_epoch:
             logger.info("%s step %d: %s", self.variant.id, p.step, _format(metrics))
@@ -314,11 +320,11 @@ class _Trainer:
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
-        atomic_torch_save(payload, self.out_dir / "last.pt")
+        atomic_torch_save(payload, VariantFiles(self.out_dir).last)
 
     def restore(self) -> bool:
         """Continue from ``last.pt`` if it exists and matches this config and data."""
-        path = self.out_dir / "last.pt"
+        path = VariantFiles(self.out_dir).last
         if not path.is_file():
             return False
         state = torch.load(path, map_location=self.device, weights_only=True)
@@ -335,6 +341,7 @@ class _Trainer:
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         self._wall_base, self._session_start = self.progress.wall_time, time.perf_counter()
+        self.resumed_at_step = self.progress.step
         logger.info("%s: resumed from %s at step %d", self.variant.id, path, self.progress.step)
         return True
 
@@ -343,7 +350,7 @@ class _Trainer:
         writer = csv.DictWriter(buffer, fieldnames=HISTORY_FIELDS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.progress.history)
-        write_text(self.out_dir / "history.csv", buffer.getvalue())
+        write_text(VariantFiles(self.out_dir).history, buffer.getvalue())
 
     # ------------------------------------------------------------------ helpers
     def _wall_time(self) -> float:
@@ -370,6 +377,7 @@ class _Trainer:
             precision=self.precision,
             stop_reason=p.stop_reason,
             history=list(p.history),
+            resumed_at_step=self.resumed_at_step,
         )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.config import Config, ConfigError, load_config
+from pipeline.errors import StageError
 
 logger = logging.getLogger("stages")
 
@@ -35,15 +36,16 @@ def run(
 ) -> None:
     """Parse args, load params, call ``main``; expected errors become one line + exit 1.
 
-    Errors the user can fix (bad params, corpora, URLs, checkpoints) are ``ValueError``
-    subclasses or ``OSError``; they print as ``error: <message>`` without a traceback.
+    Errors the user can fix (bad params, corpora, URLs, checkpoints, a cluster that
+    cannot run the work) are ``ValueError`` or ``StageError`` subclasses or ``OSError``;
+    they print as ``error: <message>`` without a traceback.
     """
     args = cli.parse_args()
     setup_logging(args.verbose)
     try:
         config = load_config(args.params)
         code = main(args, config)
-    except (ConfigError, ValueError, OSError) as err:
+    except (ConfigError, StageError, ValueError, OSError) as err:
         if args.verbose:
             logger.exception("failed")
         print(f"error: {err}", file=sys.stderr)

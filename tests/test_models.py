@@ -122,7 +122,7 @@ def test_bidirectional_encoder_needs_even_hidden_size(tiny_model_config):
 
 
 def _vocab(tok_dir) -> VocabInfo:
-    return VocabInfo.from_data(TokenizedData(tok_dir))
+    return VocabInfo.from_data(TokenizedData.load(tok_dir))
 
 
 @pytest.mark.parametrize("scorer", ["none", "additive"])
@@ -141,7 +141,7 @@ def test_checkpoint_round_trip_gives_identical_output(
     assert loaded.extra == {"epoch": 3} and loaded.vocab == vocab
     for key, value in model.state_dict().items():
         assert torch.equal(value, loaded.model.state_dict()[key]), key
-    split = TokenizedData(tiny_tok_dir).split("dev")
+    split = TokenizedData.load(tiny_tok_dir).split("dev")
     batch = make_batch(split, np.arange(len(split)), reverse_source=True)
     assert greedy_search(model, batch)[0] == greedy_search(loaded.model, batch)[0]
     first, second = (
@@ -159,7 +159,7 @@ def test_checkpoint_with_other_tokenizer_is_rejected(
     path = tmp_path / "model.pt"
     save_checkpoint(path, model, vocab, "toy")
     other = SubwordTokenizer(tiny_other_tokenizer)
-    data = TokenizedData(tiny_tok_dir)
+    data = TokenizedData.load(tiny_tok_dir)
     mismatched = VocabInfo.from_tokenizers(data.src_tokenizer, other)
     with pytest.raises(ValueError) as error:
         load_checkpoint(path, expected_vocab=mismatched)

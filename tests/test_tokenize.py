@@ -40,7 +40,7 @@ def test_tokenize_round_trips_and_is_deterministic(raw_dir, tmp_path, joint):
     for name in ("src.model", "tgt.model", "train.npz", "test.npz"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert stats["round_trip_failures"] == {"dev": 0, "test": 0}
-    data = TokenizedData(tmp_path / "a")
+    data = TokenizedData.load(tmp_path / "a")
     assert (data.src_tokenizer.sha256 == data.tgt_tokenizer.sha256) == joint
     for name in ("train", "test"):
         split = data.split(name)

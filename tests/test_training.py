@@ -70,7 +70,8 @@ def test_outputs_and_result(make_variant, tiny_tok_dir, tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["variant"] == result.variant_id and config["params"]["model.scorer"] == "additive"
     loaded = load_checkpoint(
-        tmp_path / "checkpoint.pt", expected_vocab=VocabInfo.from_data(TokenizedData(tiny_tok_dir))
+        tmp_path / "checkpoint.pt",
+        expected_vocab=VocabInfo.from_data(TokenizedData.load(tiny_tok_dir)),
     )
     assert loaded.extra["epoch"] == result.best_epoch and loaded.variant_id == result.variant_id
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -196,7 +197,7 @@ def test_bleu_selects_the_best_epoch(make_variant, tiny_tok_dir, tmp_path, monke
 
 
 def test_dev_bleu_scores_detokenized_greedy_output(tiny_tok_dir, tiny_model_config, monkeypatch):
-    data = TokenizedData(tiny_tok_dir)
+    data = TokenizedData.load(tiny_tok_dir)
     dev = data.split("dev")
     vocab = VocabInfo.from_data(data)
     model = Seq2Seq(tiny_model_config(), vocab.src_vocab_size, vocab.tgt_vocab_size)

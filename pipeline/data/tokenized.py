@@ -14,9 +14,12 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import sentencepiece as spm
@@ -90,10 +93,17 @@ class TokenizedSplit:
     def load(path: str | Path) -> TokenizedSplit:
         path = Path(path)
         try:
-            with np.load(path) as arrays:
-                split = TokenizedSplit(*(arrays[k] for k in _KEYS))
+            data = path.read_bytes()
         except FileNotFoundError:
             raise TokenizedDataError(f"{path}: not found (run `dvc repro tokenize`)") from None
+        return TokenizedSplit.from_bytes(data, path)
+
+    @staticmethod
+    def from_bytes(data: bytes, path: str | Path) -> TokenizedSplit:
+        """Parse the bytes of a ``.npz`` split; ``path`` names it in error messages."""
+        try:
+            with np.load(io.BytesIO(data)) as arrays:
+                split = TokenizedSplit(*(arrays[k] for k in _KEYS))
         except (KeyError, ValueError, OSError) as err:
             raise TokenizedDataError(f"{path}: not a tokenized split ({err})") from None
         for ids, offsets, side in (
@@ -114,11 +124,25 @@ class SubwordTokenizer:
     """A sentencepiece model: text <-> ids, and the pieces for heatmap axes."""
 
     def __init__(self, model_path: str | Path):
-        self.path = Path(model_path)
-        if not self.path.is_file():
-            raise TokenizedDataError(f"{self.path}: subword model not found")
-        self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
-        self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        path = Path(model_path)
+        if not path.is_file():
+            raise TokenizedDataError(f"{path}: subword model not found")
+        self._load(path.read_bytes(), path)
+
+    @classmethod
+    def from_bytes(cls, model: bytes, path: str | Path) -> SubwordTokenizer:
+        """A tokenizer from a sentencepiece model's bytes; ``path`` names it in messages."""
+        tokenizer = cls.__new__(cls)
+        tokenizer._load(model, Path(path))
+        return tokenizer
+
+    def _load(self, model: bytes, path: Path) -> None:
+        self.path = path
+        try:
+            self._sp = spm.SentencePieceProcessor(model_proto=model)
+        except (RuntimeError, OSError) as err:
+            raise TokenizedDataError(f"{path}: not a sentencepiece model ({err})") from None
+        self.sha256 = hashlib.sha256(model).hexdigest()
 
     @property
     def vocab_size(self) -> int:
@@ -143,29 +167,61 @@ class SubwordTokenizer:
 
 @dataclass(frozen=True)
 class TokenizedData:
-    """Everything in ``data/tok/``: both tokenizers and the splits (loaded lazily)."""
+    """Everything in ``data/tok/``, held as the files' bytes (a few MB for the default
+    corpus): the tokenizers and splits are parsed on first use.
 
-    directory: Path
+    Pickles as the bytes alone, so it travels to Ray trials and decode tasks through
+    the object store and a worker never reads the driver's ``data/tok``.
+    """
+
+    directory: Path  # where the files came from (named in error messages only)
+    files: Mapping[str, bytes] = field(repr=False)
+
+    @staticmethod
+    def load(directory: str | Path) -> TokenizedData:
+        """Read the tokenize stage's files under ``directory`` (missing ones are reported
+        when first used, naming the file)."""
+        directory = Path(directory)
+        files = {}
+        for name in FILES:
+            path = directory / name
+            if path.is_file():
+                files[name] = path.read_bytes()
+        return TokenizedData(directory, MappingProxyType(files))
+
+    def __reduce__(self):  # the bytes only, not the parsed tokenizers
+        return (TokenizedData, (self.directory, dict(self.files)))
 
     @cached_property
     def src_tokenizer(self) -> SubwordTokenizer:
-        return SubwordTokenizer(self.directory / "src.model")
+        return self._tokenizer("src.model")
 
     @cached_property
     def tgt_tokenizer(self) -> SubwordTokenizer:
-        return SubwordTokenizer(self.directory / "tgt.model")
+        return self._tokenizer("tgt.model")
+
+    def _tokenizer(self, name: str) -> SubwordTokenizer:
+        if name not in self.files:
+            raise TokenizedDataError(f"{self.directory / name}: subword model not found")
+        return SubwordTokenizer.from_bytes(self.files[name], self.directory / name)
 
     def split(self, name: str) -> TokenizedSplit:
         if name not in SPLITS:
             raise ValueError(f"unknown split {name!r}; known: {', '.join(SPLITS)}")
-        return TokenizedSplit.load(self.directory / f"{name}.npz")
+        path = self.directory / f"{name}.npz"
+        if path.name not in self.files:
+            raise TokenizedDataError(f"{path}: not found (run `dvc repro tokenize`)")
+        return TokenizedSplit.from_bytes(self.files[path.name], path)
 
     def fingerprint(self) -> str:
         """sha256 over the subword models and the encoded splits (the data hash)."""
         digest = hashlib.sha256()
-        for name in ("src.model", "tgt.model", *(f"{s}.npz" for s in SPLITS)):
-            path = self.directory / name
-            if path.exists():
+        for name in FILES:
+            if name in self.files:
                 digest.update(name.encode())
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
+                digest.update(hashlib.sha256(self.files[name]).digest())
         return digest.hexdigest()
+
+
+FILES = ("src.model", "tgt.model", *(f"{s}.npz" for s in SPLITS))
+"""The files of ``data/tok/`` that models depend on (``stats.json`` is a report)."""

@@ -9,6 +9,8 @@ Files are written atomically (temporary file in the same folder, then ``os.repla
 
 from __future__ import annotations
 
+import io
+import pickle
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,16 +93,25 @@ def load_checkpoint(
     *,
     expected_vocab: VocabInfo | None = None,
     device: torch.device | str = "cpu",
+    data: bytes | None = None,
 ) -> LoadedCheckpoint:
     """Load a checkpoint written by :func:`save_checkpoint`; the model is in eval mode.
 
-    With ``expected_vocab`` (e.g. ``VocabInfo.from_data(TokenizedData(tok_dir))``) a
-    checkpoint trained with other tokenizers is rejected with a ``ValueError``.
+    ``data``: the file's bytes, read elsewhere (a Ray task gets them through the object
+    store); ``path`` then only names the checkpoint in messages. With ``expected_vocab``
+    (e.g. ``VocabInfo.from_data(TokenizedData.load(tok_dir))``) a checkpoint trained with
+    other tokenizers is rejected with a ``ValueError``.
     """
     path = Path(path)
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found")
-    payload = torch.load(path, map_location=device, weights_only=True)
+    source = path if data is None else io.BytesIO(data)
+    try:
+        payload = torch.load(source, map_location=device, weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, EOFError) as err:
+        raise ValueError(
+            f"{path}: not a readable checkpoint ({str(err).splitlines()[0]})"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
         raise ValueError(f"{path}: not a model checkpoint (format {FORMAT_VERSION})")
     vocab = VocabInfo(**payload["vocab"])

@@ -27,7 +27,8 @@ from pipeline.config import ModelConfig
 from pipeline.data.tokenized import PAD_ID
 from pipeline.models.attention import Memory, Scorer, attend
 from pipeline.models.dropout import Dropout
-from pipeline.models.encoder import RNNS, EncoderOutput
+from pipeline.models.encoder import EncoderOutput
+from pipeline.models.rnn import RNNS
 
 CELLS: dict[str, type[nn.Module]] = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}
 """Registry: ``ModelConfig.cell`` -> single-step cell class (per-step wirings)."""

@@ -22,8 +22,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pipeline.data.tokenized import PAD_ID
 from pipeline.models.dropout import Dropout
+from pipeline.models.rnn import RNNS
 
-RNNS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 """Registry: ``ModelConfig.cell`` -> fused multi-layer RNN class."""
 
 

@@ -48,8 +48,10 @@ def heatmap_figure(matrix, src_pieces, tgt_pieces, title: str, path: Path) -> li
     return save_figure(fig, path)
 
 
-def dev_attention_figure(checkpoint_path: Path, tok_dir: Path, out_dir: Path) -> Path | None:
+def dev_attention_figure(checkpoint_path: Path, data, out_dir: Path) -> Path | None:
     """Greedy-decode one fixed dev sentence with a trained variant and draw its attention.
+
+    ``data``: the :class:`~pipeline.data.tokenized.TokenizedData` it was trained on.
 
     Returns the PNG path, or ``None`` for a model without attention (scorer ``none``).
     """
@@ -58,7 +60,8 @@ def dev_attention_figure(checkpoint_path: Path, tok_dir: Path, out_dir: Path) ->
     from pipeline.models.checkpoint import VocabInfo, load_checkpoint
     from pipeline.models.search import greedy_search
 
-    data = TokenizedData(Path(tok_dir))
+    if not isinstance(data, TokenizedData):
+        data = TokenizedData.load(data)
     loaded = load_checkpoint(checkpoint_path, expected_vocab=VocabInfo.from_data(data))
     if loaded.config.scorer == "none":
         return None

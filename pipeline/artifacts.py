@@ -1,0 +1,102 @@
+"""The names of the files the stages exchange, in one place.
+
+``models/<variant>/`` (written by the train stage's driver from the trial's last Tune
+checkpoint), ``eval/<variant>/`` (written by the evaluate stage's driver from what its
+decode tasks return), and the sweep's own files under ``models/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SWEEP_FILE = "sweep.json"
+"""``models/sweep.json``: status, best dev metrics and MLflow run id of every variant."""
+SWEEP_STATE_FILE = ".sweep_state.json"
+"""``models/.sweep_state.json``: the driver's record of an unfinished sweep (MLflow parent
+and child runs, each variant's latest Tune checkpoint) so a killed sweep resumes."""
+
+
+@dataclass(frozen=True)
+class VariantFiles:
+    """The files of one trained variant's folder."""
+
+    folder: Path
+
+    CHECKPOINT = "checkpoint.pt"  # best epoch: weights + model config + vocab identity
+    LAST = "last.pt"  # resume state (weights, Adam, progress, RNG); absent once finished
+    HISTORY = "history.csv"  # one row per epoch
+    CONFIG = "config.json"  # variant id, axes, flattened params
+    RESULT = "result.json"  # config hash + training summary: marks the variant finished
+    RUN = "run.json"  # MLflow child run id
+    DEV_ATTENTION = "dev_attention.png"  # attention of one dev sentence (attention models)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.folder / self.CHECKPOINT
+
+    @property
+    def last(self) -> Path:
+        return self.folder / self.LAST
+
+    @property
+    def history(self) -> Path:
+        return self.folder / self.HISTORY
+
+    @property
+    def config(self) -> Path:
+        return self.folder / self.CONFIG
+
+    @property
+    def result(self) -> Path:
+        return self.folder / self.RESULT
+
+    @property
+    def run(self) -> Path:
+        return self.folder / self.RUN
+
+    @property
+    def dev_attention(self) -> Path:
+        return self.folder / self.DEV_ATTENTION
+
+    def logged(self) -> list[Path]:
+        """The files logged as MLflow artifacts of the variant's child run."""
+        return [self.history, self.config, self.dev_attention]
+
+
+@dataclass(frozen=True)
+class EvalFiles:
+    """The files of one variant's ``eval/<variant>/`` folder."""
+
+    folder: Path
+
+    HYPOTHESES = "hypotheses.txt"  # one detokenized translation per test sentence
+    METRICS = "metrics.json"  # BLEU + interval, chrF, signature, by length, attention stats
+    BY_LENGTH = "by_length.csv"  # BLEU per source-length bucket
+    ATTENTION = "attention.npz"  # example attention matrices (original source order)
+    ATTENTION_PIECES = "attention.json"  # their source/target subword pieces
+    DECODE = "decode.json"  # decoding time and attention statistics
+
+    @property
+    def hypotheses(self) -> Path:
+        return self.folder / self.HYPOTHESES
+
+    @property
+    def metrics(self) -> Path:
+        return self.folder / self.METRICS
+
+    @property
+    def by_length(self) -> Path:
+        return self.folder / self.BY_LENGTH
+
+    @property
+    def attention(self) -> Path:
+        return self.folder / self.ATTENTION
+
+    @property
+    def attention_pieces(self) -> Path:
+        return self.folder / self.ATTENTION_PIECES
+
+    @property
+    def decode(self) -> Path:
+        return self.folder / self.DECODE
