@@ -159,8 +159,8 @@ def resolve_auto_precision(config: Config, resources: TaskResources) -> str:
 
         return resolve("auto", "cuda" if resources.gpus > 0 else "cpu")
     init_ray(config.train.ray)
-    probe = {"auto": "auto"}
-    return run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,))["auto"]
+    probe = {"probe": "auto"}
+    return run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,))["probe"]
 
 
 def _with_precision(variant: Variant, auto: str | None) -> Variant:
@@ -277,12 +277,13 @@ def run_sweep(config: Config, paths: SweepPaths, only: list[str] | None = None) 
     todo = {k: v for k, v in specs.items() if k not in outcomes}
     logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
 
+    if todo:
+        init_ray(config.train.ray)  # before MLflow: a cluster that cannot run it fails here
     state = SweepState(paths.models_dir / SWEEP_STATE_FILE)
     tracker = Tracker(config.tracking, paths.root)
     parent_id = _parent_run(tracker, config, paths, data_hash, specs, state)
     if todo:
         todo = {k: _resumable(spec, state) for k, spec in todo.items()}
-        init_ray(config.train.ray)
         tags = {"git_commit": git_commit(paths.root), "data_hash": data_hash}
         outputs = OutputsCallback(todo, paths.models_dir, state)
         tracking = MlflowCallback(tracker, parent_id, todo, tags, state, paths.models_dir)

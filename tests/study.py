@@ -60,14 +60,17 @@ def make_project(root: Path, **train) -> Path:
     return params
 
 
-def stage(module: str, params: Path, root: Path, *args: str, timeout: int = 600, **kwargs):
+def stage(
+    module: str, params: Path, root: Path, *args: str, timeout: int = 600, extra_env=None, **kw
+):
     """Run a stage CLI the way DVC does (a subprocess), with paths under ``root``."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), RAY_DEDUP_LOGS="0")
+    env = dict(os.environ, **(extra_env or {}))
+    env.update(PYTHONPATH=str(REPO_ROOT), RAY_DEDUP_LOGS="0")
     env.pop("RAY_ADDRESS", None)
     env.pop("MLFLOW_TRACKING_URI", None)
     command = [sys.executable, "-m", module, "--params", str(params), *args]
     return subprocess.run(
-        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kwargs
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kw
     )
 
 
