@@ -73,7 +73,7 @@ def _stop(process: subprocess.Popen) -> None:
         except ProcessLookupError:
             return
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=8)
             time.sleep(1)
         except subprocess.TimeoutExpired:
             continue
