@@ -15,6 +15,14 @@ SWEEP_FILE = "sweep.json"
 SWEEP_STATE_FILE = ".sweep_state.json"
 """``models/.sweep_state.json``: the driver's record of an unfinished sweep (MLflow parent
 and child runs, each variant's latest Tune checkpoint) so a killed sweep resumes."""
+EVAL_SUMMARY = "summary.json"
+"""``eval/summary.json``: headline numbers of every variant, failed ones, signature."""
+SIGNIFICANCE = "significance.csv"
+"""``eval/significance.csv``: paired comparisons (scorer vs none, reversed vs forward)."""
+METRICS_FILE = "test.json"
+"""``metrics/test.json``: the DVC metrics file (``dvc metrics show``)."""
+PLOTS_FILE = "bleu_by_length.csv"
+"""``metrics/bleu_by_length.csv``: the DVC plots file (``dvc plots show``)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""One thin CLI per DVC stage (see dvc.yaml)."""

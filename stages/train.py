@@ -10,6 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
+from pipeline.artifacts import SWEEP_FILE
 from pipeline.sweep import SweepFailedError, SweepPaths, run_sweep
 from stages._cli import REPO_ROOT, parser, run
 
@@ -26,7 +27,7 @@ def main(args, config) -> int:
     counts: dict[str, int] = {}
     for variant in summary["variants"].values():
         counts[variant["status"]] = counts.get(variant["status"], 0) + 1
-    logger.info("sweep done: %s; summary in %s", counts, paths.models_dir / "sweep.json")
+    logger.info("sweep done: %s; summary in %s", counts, paths.models_dir / SWEEP_FILE)
     return 0
 
 

@@ -1,0 +1,1 @@
+"""Corpus sources, cleaning, splitting, subword tokenization and batching."""

@@ -1,0 +1,1 @@
+"""The seq2seq model: encoder, attention scorers, decoders, search, checkpoints."""

@@ -1,0 +1,1 @@
+"""The report stage: figures, findings, HTML and Markdown rendering."""

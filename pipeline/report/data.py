@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.artifacts import EVAL_SUMMARY, SIGNIFICANCE, SWEEP_FILE, EvalFiles
+
 
 class ReportInputError(ValueError):
     """A missing or malformed input of the report stage."""
@@ -44,14 +46,14 @@ class StudyData:
 
 
 def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
-    sweep = _read_json(models_dir / "sweep.json")
-    evaluation = _read_json(eval_dir / "summary.json")
+    sweep = _read_json(models_dir / SWEEP_FILE)
+    evaluation = _read_json(eval_dir / EVAL_SUMMARY)
     corpus = _read_json(raw_dir / "corpus.json") if (raw_dir / "corpus.json").is_file() else {}
-    significance = pd.read_csv(eval_dir / "significance.csv")
+    significance = pd.read_csv(eval_dir / SIGNIFICANCE)
     rows, curves = [], []
     for variant_id, info in sweep["variants"].items():
         row = _base_row(variant_id, info)
-        metrics_file = eval_dir / variant_id / "metrics.json"
+        metrics_file = EvalFiles(eval_dir / variant_id).metrics
         if variant_id in evaluation["variants"] and metrics_file.is_file():
             metrics = _read_json(metrics_file)
             row.update(_metric_columns(metrics), status="evaluated")

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.artifacts import EvalFiles
 from pipeline.config import Config
 from pipeline.io import atomic_dir
 from pipeline.provenance import git_commit, machine
@@ -58,9 +59,9 @@ def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
     panels = []
     for _, row in rows.sort_values(["order", "reverse_source", "variant"]).iterrows():
         folder = data.eval_dir / row.variant
-        with np.load(folder / "attention.npz") as arrays:
+        with np.load(EvalFiles(folder).attention) as arrays:
             matrix = arrays[sentence]
-        pieces = json.loads((folder / "attention.json").read_text())[sentence]
+        pieces = json.loads(EvalFiles(folder).attention_pieces.read_text())[sentence]
         target = pieces["target"][: len(matrix)]
         panels.append(
             {
@@ -81,7 +82,7 @@ subwords (long enough to show reordering, short enough to read its tick labels).
 
 def _heatmap_example(data: StudyData, examples: list[int]) -> int:
     some = data.evaluated.variant[data.evaluated.scorer != "none"].iloc[0]
-    pieces = json.loads((data.eval_dir / some / "attention.json").read_text())
+    pieces = json.loads(EvalFiles(data.eval_dir / some).attention_pieces.read_text())
     fitting = [i for i in examples if len(pieces[f"sentence_{i}"]["source"]) <= HEATMAP_MAX_SOURCE]
     return (fitting or examples)[-1]
 
