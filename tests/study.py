@@ -5,9 +5,12 @@ Only sizes shrink: the stages, Ray, MLflow (SQLite) and DVC are the real ones.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pipeline.config import load_config
@@ -76,3 +79,44 @@ def stage(
 
 def train_args(root: Path) -> list[str]:
     return ["--tok", str(root / "data" / "tok"), "--out", str(root / "models")]
+
+
+def sweep_state(root: Path) -> dict:
+    """The driver's ``models/.sweep_state.json`` (empty while it does not exist yet)."""
+    try:
+        return json.loads((root / "models" / ".sweep_state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def kill_train_when_resumable(
+    params: Path, root: Path, extra_env=None, timeout: float = 300
+) -> tuple[list[Path], set[str]]:
+    """Run the train stage and SIGKILL its whole process group as soon as one variant
+    has finished and another has reported a Tune checkpoint. Returns the finished
+    variants' folders and the ids of the checkpointed, unfinished ones."""
+    env = dict(os.environ, **(extra_env or {}))
+    env.update(PYTHONPATH=str(REPO_ROOT))
+    env.pop("RAY_ADDRESS", None)
+    command = [sys.executable, "-m", "stages.train", "--params", str(params), *train_args(root)]
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + timeout
+    finished, resumable = [], set()
+    try:
+        while time.time() < deadline and not (finished and resumable):
+            finished = [p.parent for p in (root / "models").glob("*/result.json")]
+            done = {folder.name for folder in finished}
+            variants = sweep_state(root).get("variants", {})
+            resumable = {k for k, v in variants.items() if v.get("checkpoint") and k not in done}
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    return finished, resumable

@@ -2,17 +2,11 @@
 
 import hashlib
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers import REPO_ROOT
-from tests.study import make_project, stage, train_args
+from tests.study import kill_train_when_resumable, make_project, stage, sweep_state, train_args
 
 pytestmark = pytest.mark.slow
 
@@ -105,13 +99,6 @@ def test_rerun_trains_nothing_and_a_new_axis_value_trains_only_new_variants(trai
     assert {p: digest(p) for p in before} == before
 
 
-def _state(root):
-    try:
-        return json.loads((root / "models" / ".sweep_state.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def test_killed_sweep_resumes_from_tune_checkpoints_without_retraining(tmp_path):
     """SIGKILL the driver once one variant finished and another has reported a Tune
     checkpoint: the rerun keeps the first and resumes the second from that checkpoint."""
@@ -122,30 +109,7 @@ def test_killed_sweep_resumes_from_tune_checkpoints_without_retraining(tmp_path)
         patience=6,
         ray={"storage_path": str(root / "ray_results"), "max_concurrent_trials": 1},
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    env.pop("RAY_ADDRESS", None)
-    command = [sys.executable, "-m", "stages.train", "--params", str(params), *train_args(root)]
-    process = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.time() + 300
-    finished, resumable = [], {}
-    while time.time() < deadline and not (finished and resumable):
-        finished = list((root / "models").glob("*/result.json"))
-        done = {path.parent.name for path in finished}
-        resumable = {
-            k: v
-            for k, v in _state(root).get("variants", {}).items()
-            if v.get("checkpoint") and k not in done
-        }
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    finished, resumable = kill_train_when_resumable(params, root)
     assert finished and resumable, "no finished + checkpointed pair before the deadline"
     first = finished[0].parent
     kept = digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns
@@ -171,7 +135,7 @@ def test_killed_sweep_resumes_from_tune_checkpoints_without_retraining(tmp_path)
     children = [r for r in after if "mlflow.parentRunId" in r.data.tags]
     assert sorted(r.info.run_name for r in children) == sorted(sweep["variants"])
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {sweep["parent_run_id"]}
-    assert _state(root)["finished"] is True
+    assert sweep_state(root)["finished"] is True
 
 
 def test_failing_trial_is_retried_reported_and_others_finish(tmp_path):

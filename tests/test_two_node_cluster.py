@@ -27,7 +27,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers import REPO_ROOT
-from tests.study import make_project, stage, train_args
+from tests.study import kill_train_when_resumable, make_project, stage, train_args
 
 pytestmark = pytest.mark.slow
 
@@ -92,12 +92,13 @@ def _nodes(address: str, env: dict) -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def cluster(tmp_path):
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
     reason = _mount_namespaces_work()
     if reason:
         pytest.skip(reason)
-    project, storage = tmp_path / "project", tmp_path / "storage"
+    tmp_path = tmp_path_factory.mktemp("cluster")
+    projects, storage = tmp_path / "projects", tmp_path / "storage"
     storage.mkdir()
     temp_dir = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: socket paths
     port = _free_port()
@@ -111,8 +112,8 @@ def cluster(tmp_path):
          f"--temp-dir={temp_dir}", "--block"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    project.mkdir()
-    hide = _hide([REPO_ROOT, project], tmp_path / "venv")
+    projects.mkdir()
+    hide = _hide([REPO_ROOT, projects], tmp_path / "venv")
     worker_cmd = (
         f"{hide} && cd / && exec {RAY} start --address={address} --node-ip-address=127.0.0.1"
         " --num-cpus=1 --num-gpus=0 --resources='{\"worker_node\": 1}' --block"
@@ -134,7 +135,7 @@ def cluster(tmp_path):
         yield {
             "address": address,
             "env": env,
-            "project": project,
+            "projects": projects,
             "storage": storage,
             "worker_node_id": workers[0],
             "start_s": time.perf_counter() - started,
@@ -151,14 +152,18 @@ def _run(module, params, project, env, *args):
     return result, time.perf_counter() - started
 
 
-def test_train_and_evaluate_on_a_worker_without_the_repo(cluster):
-    project, storage = cluster["project"], cluster["storage"]
-    ray_params = {
+def _ray_params(cluster, name: str, **extra) -> dict:
+    return {
         "address": cluster["address"],
-        "resources_per_trial": {"worker_node": 1},
-        "storage_path": str(storage),
+        "resources_per_trial": {"worker_node": 1},  # only the worker node has it
+        "storage_path": str(cluster["storage"] / name),
+        **extra,
     }
-    params = make_project(project, ray=ray_params)
+
+
+def test_train_and_evaluate_on_a_worker_without_the_repo(cluster):
+    project, storage = cluster["projects"] / "study", cluster["storage"] / "study"
+    params = make_project(project, ray=_ray_params(cluster, "study"))
     env = cluster["env"]
     trained, train_s = _run("stages.train", params, project, env, *train_args(project))
     assert trained.returncode == 0, trained.stderr[-4000:]
@@ -202,3 +207,29 @@ def test_train_and_evaluate_on_a_worker_without_the_repo(cluster):
         history = client.get_metric_history(child.info.run_id, "dev_bleu")
         assert [m.step for m in history] == [1, 2]
         assert "test_bleu" in child.data.metrics
+
+
+def test_killed_driver_resumes_from_the_workers_tune_checkpoints(cluster):
+    """SIGKILL the driver mid-sweep: the rerun keeps the finished variant and resumes
+    the unfinished one on the worker from its last checkpoint in the shared storage."""
+    project = cluster["projects"] / "resume"
+    ray_params = _ray_params(cluster, "resume", max_concurrent_trials=1)
+    params = make_project(project, max_epochs=6, patience=6, ray=ray_params)
+    env = cluster["env"]
+    started = time.perf_counter()
+    finished, resumable = kill_train_when_resumable(params, project, extra_env=env)
+    killed_s = time.perf_counter() - started
+    assert finished and resumable, "no finished + checkpointed pair before the deadline"
+    first = finished[0]
+    kept = (first / "checkpoint.pt").read_bytes()
+    rerun, rerun_s = _run("stages.train", params, project, env, *train_args(project))
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    print(f"\nkilled after {killed_s:.1f} s; rerun {rerun_s:.1f} s")
+    sweep = json.loads((project / "models" / "sweep.json").read_text())
+    assert sweep["variants"][first.name]["status"] == "cached"
+    assert (first / "checkpoint.pt").read_bytes() == kept
+    for variant_id in resumable:
+        info = sweep["variants"][variant_id]
+        assert info["status"] == "finished" and info["resumed_at_step"] > 0, info
+        assert info["node_id"] == cluster["worker_node_id"]
+    assert all(v["status"] in ("cached", "finished") for v in sweep["variants"].values())
