@@ -111,7 +111,7 @@ def test_killed_sweep_resumes_from_tune_checkpoints_without_retraining(tmp_path)
     )
     finished, resumable = kill_train_when_resumable(params, root)
     assert finished and resumable, "no finished + checkpointed pair before the deadline"
-    first = finished[0].parent
+    first = finished[0]
     kept = digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns
     _, before = runs(root)
     first_runs = [r for r in before if r.info.run_name == first.name]
