@@ -111,11 +111,16 @@ def init_ray(config: RayConfig) -> None:
         return
     address = ray_address(config)
     common = {"runtime_env": runtime_env(), "logging_level": logging.WARNING}
-    if address:
-        logger.info("joining the Ray cluster at %s", address)
-        ray.init(address=address, **common)
-    else:
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **common)
+    try:
+        if address:
+            logger.info("joining the Ray cluster at %s", address)
+            ray.init(address=address, **common)
+        else:
+            ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **common)
+    except (ray.exceptions.RayError, ConnectionError, RuntimeError, ValueError) as err:
+        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        raise ClusterError(f"train.ray.address: could not start or join {where}: "
+                           f"{root_cause(err)}") from None  # fmt: skip
     _check_resources(config, local=not address)
 
 
@@ -218,7 +223,9 @@ def run_tasks(
     after the others finished.
     """
     refs = [ray.put(value) for value in shared]
-    remote = ray.remote(function).options(**resources.ray_options())
+    # A GPU task's worker exits after it (as Ray's own default for num_gpus > 0 does), so
+    # no later task inherits its CUDA context on another GPU or its memory.
+    remote = ray.remote(max_calls=1 if resources.gpus else 0, **resources.ray_options())(function)
     pending = {remote.remote(item, *refs): key for key, item in items.items()}
     results, errors = {}, {}
     with tqdm(total=len(pending), desc=description, unit="task") as bar:

@@ -60,6 +60,14 @@ class SweepFailedError(ClusterError):
     """Some variants failed and ``train.allow_partial`` is off."""
 
 
+class SweepInterruptedError(ClusterError):
+    """Tune stopped the sweep (Ctrl-C, SIGUSR1) before every trial ended."""
+
+
+FINAL = "variant_finished"
+"""Key of a trial's final report (its summary and last checkpoint)."""
+
+
 @dataclass(frozen=True)
 class SweepPaths:
     root: Path
@@ -112,6 +120,10 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
             checkpoint = tune.Checkpoint(spec.resume_from)
         if checkpoint is not None:
             checkpoint.to_directory(str(scratch))
+            if _finished_here(files, spec):  # trained before its outputs were collected
+                final = tune.Checkpoint.from_directory(str(scratch))
+                tune.report(_final_report(files), checkpoint=final)
+                return
 
         def report(row: dict[str, Any]) -> None:
             tune.report(row, checkpoint=tune.Checkpoint.from_directory(str(scratch)))
@@ -127,10 +139,18 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
             logger.warning("%s: no dev attention figure (%s)", spec.variant.id, err)
         write_json(files.result, {"config_hash": spec.config_hash, "summary": summary})
         files.last.unlink(missing_ok=True)  # finished: the resume state is not kept
-        final = {"done": True, **{k: v for k, v in summary.items() if _scalar(v)}}
-        tune.report(final, checkpoint=tune.Checkpoint.from_directory(str(scratch)))
+        tune.report(_final_report(files), checkpoint=tune.Checkpoint.from_directory(str(scratch)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _finished_here(files: VariantFiles, spec: TrialSpec) -> bool:
+    return cached_result(files.folder, spec.config_hash) is not None
+
+
+def _final_report(files: VariantFiles) -> dict[str, Any]:
+    summary = json.loads(files.result.read_text())["summary"]
+    return {FINAL: True, **{k: v for k, v in summary.items() if _scalar(v)}}
 
 
 def _scalar(value: Any) -> bool:
@@ -288,6 +308,7 @@ def run_sweep(config: Config, paths: SweepPaths, only: list[str] | None = None) 
         outputs = OutputsCallback(todo, paths.models_dir, state)
         tracking = MlflowCallback(tracker, parent_id, todo, tags, state, paths.models_dir)
         grid = _tune(todo, data, config, paths, [outputs, tracking])
+        _raise_if_interrupted(grid, outputs)
         outcomes.update(_collect(todo, grid, outputs))
     for variant_id in specs:
         outcome = outcomes[variant_id]
@@ -308,6 +329,24 @@ def _resumable(spec: TrialSpec, state: SweepState) -> TrialSpec:
     if uri:
         logger.info("%s: resuming from its last Tune checkpoint %s", spec.variant.id, uri)
     return replace(spec, resume_from=uri)
+
+
+def _raise_if_interrupted(grid, outputs: OutputsCallback) -> None:
+    """Tune ends ``fit()`` normally on Ctrl-C; unfinished trials are not failures: keep the
+    sweep resumable (parent run, checkpoints) and say how to continue."""
+    stopped = sorted(
+        result.config["variant"]
+        for result in grid
+        if result.error is None
+        and not (result.metrics or {}).get(FINAL)
+        and result.config["variant"] not in outputs.finished
+    )
+    if stopped:
+        raise SweepInterruptedError(
+            f"interrupted with {len(stopped)} variants unfinished ({', '.join(stopped[:4])}"
+            f"{', ...' if len(stopped) > 4 else ''}); run the train stage again to resume "
+            "them from their last Tune checkpoints"
+        )
 
 
 def _collect(todo: dict[str, TrialSpec], grid, outputs: OutputsCallback) -> dict:

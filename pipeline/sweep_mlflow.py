@@ -7,6 +7,7 @@ a resumed sweep continues the same runs; a run that vanished from the store is r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,14 +66,15 @@ class MlflowCallback(tune.Callback):
         self._run_for(trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if "epoch" in result and not result.get("done"):
+        if "epoch" in result and not result.get("variant_finished"):
             metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
             self.tracker.log_metrics(self._run_for(trial), metrics, step=int(result["epoch"]))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         run_id = self._run_for(trial)
-        files = VariantFiles(self.models_dir / trial.config["variant"])
-        if not files.result.is_file():  # the driver could not collect its outputs
+        spec = self.specs[trial.config["variant"]]
+        files = VariantFiles(self.models_dir / spec.variant.id)
+        if not _collected(files, spec.config_hash):  # the driver could not collect it
             self.tracker.set_tags(run_id, {"error": "outputs not collected"})
             self.tracker.finish(run_id, "FAILED")
             return
@@ -88,3 +90,11 @@ class MlflowCallback(tune.Callback):
         error = trial.get_pickled_error() or trial.get_error()
         self.tracker.set_tags(run_id, {"error": root_cause(error)})
         self.tracker.finish(run_id, "FAILED")
+
+
+def _collected(files: VariantFiles, config_hash: str) -> bool:
+    """``models/<id>/result.json`` exists and belongs to this config (not an older one)."""
+    try:
+        return json.loads(files.result.read_text()).get("config_hash") == config_hash
+    except (OSError, ValueError):
+        return False

@@ -53,8 +53,8 @@ class SweepState:
         return None
 
     def start(self, parent_run_id: str, grid: str) -> None:
-        if self.data.get("grid") != grid:
-            self.data["variants"] = {}
+        """A new or resumed sweep; variant entries stay (each is valid only for its own
+        config hash), so a killed sweep rerun with a grown grid still resumes them."""
         self.data.update(parent_run_id=parent_run_id, grid=grid, finished=False)
         self.save()
 

@@ -90,11 +90,13 @@ def sweep_state(root: Path) -> dict:
 
 
 def kill_train_when_resumable(
-    params: Path, root: Path, extra_env=None, timeout: float = 300
+    params: Path, root: Path, extra_env=None, timeout: float = 300, interrupt: dict | None = None
 ) -> tuple[list[Path], set[str]]:
     """Run the train stage and SIGKILL its whole process group as soon as one variant
     has finished and another has reported a Tune checkpoint. Returns the finished
-    variants' folders and the ids of the checkpointed, unfinished ones."""
+    variants' folders and the ids of the checkpointed, unfinished ones. With
+    ``interrupt`` (a dict), send the driver one SIGINT (Ctrl-C) instead, let it end by
+    itself, and store its ``returncode`` and ``stderr`` in that dict."""
     env = dict(os.environ, **(extra_env or {}))
     env.update(PYTHONPATH=str(REPO_ROOT))
     env.pop("RAY_ADDRESS", None)
@@ -104,7 +106,8 @@ def kill_train_when_resumable(
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE if interrupt is not None else subprocess.DEVNULL,
+        text=True,
         start_new_session=True,
     )
     deadline = time.time() + timeout
@@ -116,7 +119,14 @@ def kill_train_when_resumable(
             variants = sweep_state(root).get("variants", {})
             resumable = {k for k, v in variants.items() if v.get("checkpoint") and k not in done}
             time.sleep(0.05)
+        if interrupt is not None:
+            process.send_signal(signal.SIGINT)
+            _, interrupt["stderr"] = process.communicate(timeout=120)
+            interrupt["returncode"] = process.returncode
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
+        try:  # the whole session: the driver and the local Ray it started
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # all of it ended by itself
+            pass
         process.wait()
     return finished, resumable

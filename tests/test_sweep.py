@@ -163,3 +163,30 @@ def test_failing_trial_is_retried_reported_and_others_finish(tmp_path):
     assert statuses == {
         k: "FAILED" if k.endswith("lr1e+36") else "FINISHED" for k in sweep["variants"]
     }
+
+
+def test_ctrl_c_leaves_a_resumable_sweep_and_says_so(tmp_path):
+    """Tune ends fit() normally on Ctrl-C: the stage must not call the stopped variants
+    failed, must exit non-zero with one line, and the rerun resumes them."""
+    root = tmp_path
+    params = make_project(
+        root,
+        max_epochs=6,
+        patience=6,
+        ray={"storage_path": str(root / "ray_results"), "max_concurrent_trials": 1},
+    )
+    outcome: dict = {}
+    finished, resumable = kill_train_when_resumable(params, root, interrupt=outcome)
+    assert finished and resumable, "no finished + checkpointed pair before the deadline"
+    errors = [line for line in outcome["stderr"].splitlines() if line.startswith("error:")]
+    assert outcome["returncode"] != 0 and len(errors) == 1, outcome["stderr"][-2000:]
+    assert "interrupted" in errors[0] and "resume" in errors[0]
+    assert sweep_state(root)["finished"] is False
+    parent = sweep_state(root)["parent_run_id"]
+
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    assert sweep["parent_run_id"] == parent  # the interrupted sweep's parent run, reused
+    assert all(v["status"] in ("cached", "finished") for v in sweep["variants"].values())
+    assert any(sweep["variants"][k]["resumed_at_step"] > 0 for k in resumable)
