@@ -7,8 +7,10 @@ decode tasks return), and the sweep's own files under ``models/``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SWEEP_FILE = "sweep.json"
 """``models/sweep.json``: status, best dev metrics and MLflow run id of every variant."""
@@ -66,6 +68,15 @@ class VariantFiles:
     @property
     def dev_attention(self) -> Path:
         return self.folder / self.DEV_ATTENTION
+
+    def finished(self, config_hash: str) -> dict[str, Any] | None:
+        """``result.json`` (config hash + summary) if the folder holds a finished variant of
+        exactly this config, else ``None`` (absent, unreadable, or another config)."""
+        try:
+            result = json.loads(self.result.read_text())
+        except (OSError, ValueError):
+            return None
+        return result if result.get("config_hash") == config_hash else None
 
     def logged(self) -> list[Path]:
         """The files logged as MLflow artifacts of the variant's child run."""

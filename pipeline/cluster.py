@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -127,53 +128,49 @@ def init_ray(config: RayConfig) -> None:
 def _check_resources(config: RayConfig, local: bool) -> None:
     """Refuse work that can never be scheduled (a local Ray gains no nodes)."""
     available = ray.cluster_resources()
-    wanted = TaskResources.from_config(config)
-    missing = []
-    if wanted.gpus > available.get("GPU", 0):
-        missing.append(("train.ray.gpus_per_trial", wanted.gpus, "GPU"))
-    missing += [
-        (f"train.ray.resources_per_trial.{name}", amount, name)
-        for name, amount in wanted.custom.items()
-        if amount > available.get(name, 0)
-    ]
-    for key, amount, name in missing:
+    wanted = {"GPU": ("train.ray.gpus_per_trial", config.gpus_per_trial)}
+    for name, amount in config.resources_per_trial.items():
+        wanted[name] = (f"train.ray.resources_per_trial.{name}", amount)
+    for name, (key, amount) in wanted.items():
         have = available.get(name, 0)
-        hint = ""
-        if name == "GPU":
-            hint = " (is torch's CUDA build installed, and do the nodes have GPUs?)"
-        message = f"{key}: {amount:g} {name} per trial, but the Ray cluster has {have:g}{hint}"
+        if amount <= have:
+            continue
+        hint = " (is torch's CUDA build installed, and do the nodes have GPUs?)"
+        message = f"{key}: {amount:g} {name} per trial, but the Ray cluster has {have:g}"
+        message += hint if name == "GPU" else ""
         if local:
             raise ClusterError(message)
         logger.warning("%s; waiting for the cluster to add it (autoscaling)", message)
 
 
-def shutdown() -> None:
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 # ------------------------------------------------------------ inside workers
-def claim_device(gpus: float, threads: float) -> str:
-    """Set torch up for the resources Ray gave this trial or task; returns its device.
-
-    A trial given a GPU never falls back to the CPU: without CUDA it raises
-    :class:`GpuUnavailableError`. A fractional GPU caps this process's share of its
-    memory, so trials packed on one GPU cannot starve each other.
-    """
-    import torch
-
-    torch.set_num_threads(max(1, int(threads)))
+def device_for(gpus: float) -> str:
+    """``cuda`` for work given a GPU, else ``cpu``. Work given a GPU never falls back to
+    the CPU: without CUDA it raises :class:`GpuUnavailableError` naming this node."""
     if gpus <= 0:
         return "cpu"
+    import torch
+
     if not torch.cuda.is_available():
         raise GpuUnavailableError(
             f"train.ray.gpus_per_trial is {gpus:g} but torch {torch.__version__} on node "
-            f"{ray.util.get_node_ip_address()} cannot use CUDA (install a CUDA build of torch "
-            "on GPU nodes, see README)"
+            f"{platform.node()} cannot use CUDA (install a CUDA build of torch on GPU "
+            "nodes, see README)"
         )
-    if gpus < 1:
-        torch.cuda.set_per_process_memory_fraction(gpus)
     return "cuda"
+
+
+def claim_device(gpus: float, threads: float) -> str:
+    """Set torch up for the resources Ray gave this trial or task; returns its device
+    (:func:`device_for`). A fractional GPU caps this process's share of its memory, so
+    trials packed on one GPU cannot starve each other."""
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+    device = device_for(gpus)
+    if device == "cuda" and gpus < 1:
+        torch.cuda.set_per_process_memory_fraction(gpus)
+    return device
 
 
 def node_id() -> str:

@@ -34,9 +34,9 @@ from ray import tune
 from pipeline.artifacts import SWEEP_FILE, SWEEP_STATE_FILE, VariantFiles
 from pipeline.cluster import (
     ClusterError,
-    GpuUnavailableError,
     TaskResources,
     claim_device,
+    device_for,
     init_ray,
     node_id,
     ray_address,
@@ -114,20 +114,20 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
     device = claim_device(spec.resources.gpus, spec.resources.cpus)
     scratch = Path(tempfile.mkdtemp(prefix=f"{spec.variant.id}-"))
     files = VariantFiles(scratch)
+
+    def report(row: dict[str, Any]) -> None:  # metrics + a checkpoint of the scratch folder
+        tune.report(row, checkpoint=tune.Checkpoint.from_directory(str(scratch)))
+
     try:
         checkpoint = tune.get_checkpoint()
         if checkpoint is None and spec.resume_from:
             checkpoint = tune.Checkpoint(spec.resume_from)
         if checkpoint is not None:
             checkpoint.to_directory(str(scratch))
-            if _finished_here(files, spec):  # trained before its outputs were collected
-                final = tune.Checkpoint.from_directory(str(scratch))
-                tune.report(_final_report(files), checkpoint=final)
+            done = files.finished(spec.config_hash)
+            if done:  # trained before the driver collected its outputs: report it again
+                report(_final_report(done["summary"]))
                 return
-
-        def report(row: dict[str, Any]) -> None:
-            tune.report(row, checkpoint=tune.Checkpoint.from_directory(str(scratch)))
-
         result = train_variant(
             spec.variant, data, scratch, callback=report, device=device, resume=True
         )
@@ -139,17 +139,12 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
             logger.warning("%s: no dev attention figure (%s)", spec.variant.id, err)
         write_json(files.result, {"config_hash": spec.config_hash, "summary": summary})
         files.last.unlink(missing_ok=True)  # finished: the resume state is not kept
-        tune.report(_final_report(files), checkpoint=tune.Checkpoint.from_directory(str(scratch)))
+        report(_final_report(summary))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _finished_here(files: VariantFiles, spec: TrialSpec) -> bool:
-    return cached_result(files.folder, spec.config_hash) is not None
-
-
-def _final_report(files: VariantFiles) -> dict[str, Any]:
-    summary = json.loads(files.result.read_text())["summary"]
+def _final_report(summary: dict[str, Any]) -> dict[str, Any]:
     return {FINAL: True, **{k: v for k, v in summary.items() if _scalar(v)}}
 
 
@@ -168,16 +163,9 @@ def resolve_auto_precision(config: Config, resources: TaskResources) -> str:
     """``train.precision: auto`` resolved once for the whole sweep, where trials run: on
     this machine for a local Ray, else by a probe task with a trial's resources."""
     if ray_address(config.train.ray) is None:
-        import torch
-
-        if resources.gpus > 0 and not torch.cuda.is_available():
-            raise GpuUnavailableError(
-                f"train.ray.gpus_per_trial is {resources.gpus:g} but torch "
-                f"{torch.__version__} here cannot use CUDA (install a CUDA build of torch)"
-            )
         from pipeline.models.precision import resolve
 
-        return resolve("auto", "cuda" if resources.gpus > 0 else "cpu")
+        return resolve("auto", device_for(resources.gpus))
     init_ray(config.train.ray)
     probe = {"probe": "auto"}
     return run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,))["probe"]
@@ -224,7 +212,9 @@ class OutputsCallback(tune.Callback):
                 checkpoint.to_directory(str(tmp))
                 files = VariantFiles(tmp)
                 files.last.unlink(missing_ok=True)
-                result = json.loads(files.result.read_text())
+                result = files.finished(spec.config_hash)
+                if result is None:
+                    raise ClusterError(f"its checkpoint holds no {files.RESULT} of this config")
                 run_id = self.state.get(variant_id, spec.config_hash, "run_id")
                 write_json(files.run, {"run_id": run_id, "config_hash": spec.config_hash})
         except (OSError, ValueError, ClusterError) as err:
@@ -236,17 +226,6 @@ class OutputsCallback(tune.Callback):
 
 
 # ----------------------------------------------------------------------- sweep
-def cached_result(out_dir: Path, config_hash: str) -> dict | None:
-    path = VariantFiles(out_dir).result
-    if not path.is_file():
-        return None
-    try:
-        result = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
-    return result if result.get("config_hash") == config_hash else None
-
-
 def _tune(todo: dict[str, TrialSpec], data, config: Config, paths: SweepPaths, callbacks):
     ray_cfg = config.train.ray
     resources = next(iter(todo.values())).resources
@@ -289,7 +268,7 @@ def run_sweep(config: Config, paths: SweepPaths, only: list[str] | None = None) 
     specs = {v.id: TrialSpec(v, v.config_hash(data_hash), resources) for v in variants}
     outcomes = {}
     for variant_id, spec in specs.items():
-        cached = cached_result(paths.models_dir / variant_id, spec.config_hash)
+        cached = VariantFiles(paths.models_dir / variant_id).finished(spec.config_hash)
         if cached is not None:
             outcomes[variant_id] = VariantOutcome(
                 variant_id, "cached", spec.config_hash, summary=cached["summary"]

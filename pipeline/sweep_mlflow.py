@@ -7,7 +7,6 @@ a resumed sweep continues the same runs; a run that vanished from the store is r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,7 +65,7 @@ class MlflowCallback(tune.Callback):
         self._run_for(trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if "epoch" in result and not result.get("variant_finished"):
+        if "epoch" in result:  # an epoch row (the final report carries a summary)
             metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
             self.tracker.log_metrics(self._run_for(trial), metrics, step=int(result["epoch"]))
 
@@ -74,7 +73,7 @@ class MlflowCallback(tune.Callback):
         run_id = self._run_for(trial)
         spec = self.specs[trial.config["variant"]]
         files = VariantFiles(self.models_dir / spec.variant.id)
-        if not _collected(files, spec.config_hash):  # the driver could not collect it
+        if not files.finished(spec.config_hash):  # the driver could not collect it
             self.tracker.set_tags(run_id, {"error": "outputs not collected"})
             self.tracker.finish(run_id, "FAILED")
             return
@@ -90,11 +89,3 @@ class MlflowCallback(tune.Callback):
         error = trial.get_pickled_error() or trial.get_error()
         self.tracker.set_tags(run_id, {"error": root_cause(error)})
         self.tracker.finish(run_id, "FAILED")
-
-
-def _collected(files: VariantFiles, config_hash: str) -> bool:
-    """``models/<id>/result.json`` exists and belongs to this config (not an older one)."""
-    try:
-        return json.loads(files.result.read_text()).get("config_hash") == config_hash
-    except (OSError, ValueError):
-        return False

@@ -79,7 +79,7 @@ def test_stage_deps_equal_its_import_closure(name):
     assert not declared - closure, f"{name}: a dep but not imported: {sorted(declared - closure)}"
 
 
-def test_closure_follows_lazy_and_relative_imports(tmp_path):
+def test_closure_follows_lazy_and_relative_imports():
     closure = import_closure(REPO_ROOT / "stages" / "train.py")
     assert "pipeline/report/figures.py" in closure  # imported inside run_trial
     assert "pipeline/models/rnn.py" in closure  # through encoder -> rnn

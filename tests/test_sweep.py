@@ -99,16 +99,18 @@ def test_rerun_trains_nothing_and_a_new_axis_value_trains_only_new_variants(trai
     assert {p: digest(p) for p in before} == before
 
 
+def _one_trial_at_a_time(root):
+    """A project whose variants train one after another for up to 6 epochs, so a sweep
+    stopped mid-way has one variant finished and another part-trained."""
+    ray = {"storage_path": str(root / "ray_results"), "max_concurrent_trials": 1}
+    return make_project(root, max_epochs=6, patience=6, ray=ray)
+
+
 def test_killed_sweep_resumes_from_tune_checkpoints_without_retraining(tmp_path):
     """SIGKILL the driver once one variant finished and another has reported a Tune
     checkpoint: the rerun keeps the first and resumes the second from that checkpoint."""
     root = tmp_path
-    params = make_project(
-        root,
-        max_epochs=6,
-        patience=6,
-        ray={"storage_path": str(root / "ray_results"), "max_concurrent_trials": 1},
-    )
+    params = _one_trial_at_a_time(root)
     finished, resumable = kill_train_when_resumable(params, root)
     assert finished and resumable, "no finished + checkpointed pair before the deadline"
     first = finished[0]
@@ -169,12 +171,7 @@ def test_ctrl_c_leaves_a_resumable_sweep_and_says_so(tmp_path):
     """Tune ends fit() normally on Ctrl-C: the stage must not call the stopped variants
     failed, must exit non-zero with one line, and the rerun resumes them."""
     root = tmp_path
-    params = make_project(
-        root,
-        max_epochs=6,
-        patience=6,
-        ray={"storage_path": str(root / "ray_results"), "max_concurrent_trials": 1},
-    )
+    params = _one_trial_at_a_time(root)
     outcome: dict = {}
     finished, resumable = kill_train_when_resumable(params, root, interrupt=outcome)
     assert finished and resumable, "no finished + checkpointed pair before the deadline"

@@ -11,6 +11,7 @@ sets it up for a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -66,17 +67,15 @@ def _hide(paths: list[Path], keep: Path) -> str:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """End a node and every process it started (its own session), never anything else."""
+    """End a node and every process it started (its own session), never anything else:
+    SIGTERM, a grace period, then SIGKILL for whatever of the session is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
             return
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=8)
-            time.sleep(1)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _nodes(address: str, env: dict) -> list[dict]:
