@@ -33,8 +33,15 @@ def params_for(tree: Path, scratch: Path, steps: int) -> Path:
     """The revision's own params.yaml with a small grid, a step budget, scratch stores."""
     params = yaml.safe_load((tree / "params.yaml").read_text())
     params["train"].update(grid=GRID, max_steps=steps)
-    params["train"]["ray"].update(storage_path=str(scratch / "tune"), address=None)
-    params["tracking"] = {"uri": f"sqlite:///{scratch / 'mlflow.db'}", "experiment": "bench"}
+    tracking = {"uri": f"sqlite:///{scratch / 'mlflow.db'}", "experiment": "bench"}
+    if "ray" in params["train"]:  # a revision from before infra.yaml
+        params["train"]["ray"].update(storage_path=str(scratch / "tune"), address=None)
+        params["tracking"] = tracking
+    else:  # infra.yaml beside the params file
+        infra = yaml.safe_load((tree / "infra.yaml").read_text())
+        infra["ray"].update(storage_path=str(scratch / "tune"), address=None)
+        infra["tracking"] = {**infra["tracking"], **tracking}
+        (scratch / "infra.yaml").write_text(yaml.safe_dump(infra))
     path = scratch / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     return path
@@ -44,9 +51,8 @@ def run_once(tree: Path, tok_dir: Path, steps: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="revisions-") as folder:
         scratch = Path(folder)
         params = params_for(tree, scratch, steps)
-        env = {
-            k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")
-        }
+        ignored = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "STUDY_INFRA", "DVC_ROOT")
+        env = {k: v for k, v in os.environ.items() if k not in ignored}
         env["PYTHONPATH"] = str(tree)
         command = [sys.executable, "-m", "stages.train", "--params", str(params),
                    "--tok", str(tok_dir), "--out", str(scratch / "models")]  # fmt: skip

@@ -2,7 +2,7 @@
 
 Runs the real train stage (``python -m stages.train``: Ray Tune, MLflow on a throw-away
 SQLite file) on the study's tokenized data, in a temporary folder, once with
-``train.ray.max_concurrent_trials: 1`` and once with 2, and reports the wall times and
+``ray.max_concurrent_trials: 1`` (infra.yaml) and once with 2, and reports the wall times and
 their ratio. Every variant trains ``--sweep-steps`` steps of the study's batches and is
 evaluated once (dev loss and greedy dev BLEU), so a trial is a miniature of a study
 trial, Ray start-up and MLflow logging included.
@@ -30,7 +30,9 @@ from benchmarks.trials import ROOT, other_load
 logger = logging.getLogger("benchmarks.sweep_scaling")
 GRID = {"scorer": ["none", "dot", "additive", "general"], "hidden_size": [128]}
 """Four variants: two rounds of two trials, or four rounds of one."""
-IGNORED_ENVIRONMENT = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")  # a local Ray, a scratch store
+IGNORED_ENVIRONMENT = (  # a local Ray, a scratch store and variant cache
+    "RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "STUDY_INFRA", "DVC_ROOT",
+)  # fmt: skip
 
 
 def sweep_params(root: Path, concurrent: int, steps: int, quick: bool) -> dict[str, Any]:
@@ -39,13 +41,18 @@ def sweep_params(root: Path, concurrent: int, steps: int, quick: bool) -> dict[s
         grid={**GRID, "hidden_size": [16]} if quick else GRID,
         max_steps=steps,
         dev_bleu_sentences=50 if quick else 300,
-        ray={**params["train"]["ray"], "max_concurrent_trials": concurrent,
-             "storage_path": str(root / "tune"), "address": None},
-    )  # fmt: skip
+    )
     if quick:
         params["model"].update(embedding_size=16)
-    params["tracking"] = {"uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "bench"}
     return params
+
+
+def sweep_infra(root: Path, concurrent: int) -> dict[str, Any]:
+    """infra.yaml beside the params: the repo's Ray settings, everything else in ``root``."""
+    infra = yaml.safe_load((ROOT / "infra.yaml").read_text())
+    infra["ray"].update(max_concurrent_trials=concurrent, storage_path="tune", address=None)
+    infra["tracking"] = {"uri": "sqlite:///mlflow.db", "experiment": "bench"}
+    return infra
 
 
 def time_sweep(tok_dir: Path, concurrent: int, steps: int, quick: bool) -> dict[str, Any]:
@@ -54,6 +61,7 @@ def time_sweep(tok_dir: Path, concurrent: int, steps: int, quick: bool) -> dict[
         root = Path(folder)
         params = root / "params.yaml"
         params.write_text(yaml.safe_dump(sweep_params(root, concurrent, steps, quick)))
+        (root / "infra.yaml").write_text(yaml.safe_dump(sweep_infra(root, concurrent)))
         env = {k: v for k, v in os.environ.items() if k not in IGNORED_ENVIRONMENT}
         command = [sys.executable, "-m", "stages.train", "--params", str(params),
                    "--tok", str(tok_dir), "--out", str(root / "models")]  # fmt: skip

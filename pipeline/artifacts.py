@@ -13,16 +13,18 @@ from pathlib import Path
 from typing import Any
 
 SWEEP_FILE = "sweep.json"
-"""``models/sweep.json``: status, best dev metrics and MLflow run id of every variant."""
-SWEEP_STATE_FILE = ".sweep_state.json"
-"""``models/.sweep_state.json``: the driver's record of an unfinished sweep (MLflow parent
-and child runs, each variant's latest Tune checkpoint) so a killed sweep resumes."""
+"""``models/sweep.json``: status, config hash and training summary of every variant
+(nothing about the run that made them: a rerun that trains nothing rewrites it as is)."""
 EVAL_SUMMARY = "summary.json"
 """``eval/summary.json``: headline numbers of every variant, failed ones, signature."""
 SIGNIFICANCE = "significance.csv"
 """``eval/significance.csv``: paired comparisons (scorer vs none, reversed vs forward)."""
+STUDY_TABLE = "study.csv"
+"""``eval/study.csv``: one row per variant, axes, test scores and training summary."""
 METRICS_FILE = "test.json"
-"""``metrics/test.json``: the DVC metrics file (``dvc metrics show``)."""
+"""``metrics/test.json``: the headline numbers (``dvc metrics show``, ``dvc exp show``)."""
+VARIANT_PLOTS_FILE = "test_bleu.csv"
+"""``metrics/test_bleu.csv``: test BLEU per variant (``dvc plots show``)."""
 PLOTS_FILE = "bleu_by_length.csv"
 """``metrics/bleu_by_length.csv``: the DVC plots file (``dvc plots show``)."""
 
@@ -38,8 +40,9 @@ class VariantFiles:
     HISTORY = "history.csv"  # one row per epoch
     CONFIG = "config.json"  # variant id, axes, flattened params
     RESULT = "result.json"  # config hash + training summary: marks the variant finished
-    RUN = "run.json"  # MLflow child run id
     DEV_ATTENTION = "dev_attention.png"  # attention of one dev sentence (attention models)
+    KEPT = (CHECKPOINT, HISTORY, CONFIG, RESULT, DEV_ATTENTION)
+    """The files of a finished variant (``last.pt`` is dropped once it finished)."""
 
     @property
     def checkpoint(self) -> Path:
@@ -60,10 +63,6 @@ class VariantFiles:
     @property
     def result(self) -> Path:
         return self.folder / self.RESULT
-
-    @property
-    def run(self) -> Path:
-        return self.folder / self.RUN
 
     @property
     def dev_attention(self) -> Path:

@@ -26,15 +26,15 @@ from typing import Any
 import ray
 from tqdm import tqdm
 
-from pipeline.config import RayConfig
 from pipeline.errors import StageError
+from pipeline.infra import RayConfig
 
 logger = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CODE_EXCLUDES = ["__pycache__/", "*.pyc"]
 DEFAULT_STORAGE = ".ray_results"
-"""Tune's storage when ``train.ray.storage_path`` is unset: a folder in the repo (the
+"""Tune's storage when ``ray.storage_path`` is unset: a folder in the repo (the
 local run); a cluster sets a path every node sees, or an ``s3://``/``gs://`` URI."""
 
 
@@ -88,12 +88,14 @@ def storage_uri(storage_path: str | None, root: Path) -> str:
 
 
 def ray_address(config: RayConfig) -> str | None:
-    """``train.ray.address``, else ``RAY_ADDRESS``, else ``None`` (a local Ray)."""
-    address = config.address or os.environ.get("RAY_ADDRESS") or None
+    """``ray.address`` (``RAY_ADDRESS`` already applied by :mod:`pipeline.infra`), or
+    ``None`` for a local Ray."""
+    address = config.address or None
     if address and address.startswith("ray://"):
         raise ClusterError(
-            f"train.ray.address: {address!r} is a Ray Client address, which this pipeline "
-            "does not support (its driver writes models/, eval/ and MLflow locally); run "
+            f"ray.address (infra.yaml or RAY_ADDRESS): {address!r} is a Ray Client "
+            "address, which this pipeline does not support (its driver writes models/, "
+            "eval/ and MLflow locally); run "
             "`dvc repro` on a cluster node with RAY_ADDRESS=auto, or submit it with "
             "`ray job submit --working-dir . -- dvc repro`"
         )
@@ -120,7 +122,7 @@ def init_ray(config: RayConfig) -> None:
             ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **common)
     except (ray.exceptions.RayError, ConnectionError, RuntimeError, ValueError) as err:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
-        raise ClusterError(f"train.ray.address: could not start or join {where}: "
+        raise ClusterError(f"ray.address: could not start or join {where}: "
                            f"{root_cause(err)}") from None  # fmt: skip
     _check_resources(config, local=not address)
 
@@ -128,9 +130,9 @@ def init_ray(config: RayConfig) -> None:
 def _check_resources(config: RayConfig, local: bool) -> None:
     """Refuse work that can never be scheduled (a local Ray gains no nodes)."""
     available = ray.cluster_resources()
-    wanted = {"GPU": ("train.ray.gpus_per_trial", config.gpus_per_trial)}
+    wanted = {"GPU": ("ray.gpus_per_trial", config.gpus_per_trial)}
     for name, amount in config.resources_per_trial.items():
-        wanted[name] = (f"train.ray.resources_per_trial.{name}", amount)
+        wanted[name] = (f"ray.resources_per_trial.{name}", amount)
     for name, (key, amount) in wanted.items():
         have = available.get(name, 0)
         if amount <= have:
@@ -153,7 +155,7 @@ def device_for(gpus: float) -> str:
 
     if not torch.cuda.is_available():
         raise GpuUnavailableError(
-            f"train.ray.gpus_per_trial is {gpus:g} but torch {torch.__version__} on node "
+            f"ray.gpus_per_trial is {gpus:g} but torch {torch.__version__} on node "
             f"{platform.node()} cannot use CUDA (install a CUDA build of torch on GPU "
             "nodes, see README)"
         )

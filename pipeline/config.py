@@ -10,11 +10,14 @@ Each field's docstring says what it means and why its default is what it is.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+logger = logging.getLogger(__name__)
 
 SCORERS = ("none", "dot", "scaled_dot", "general", "additive", "location")
 """Attention scorers the study compares (see docs and ``pipeline.models.attention``)."""
@@ -149,30 +152,6 @@ class ModelConfig(_Section):
 
 
 # --------------------------------------------------------------------------- train
-class RayConfig(_Section):
-    address: str | None = None
-    """Ray cluster to join (``auto``, or ``host:6379`` of its head); ``null`` (and no
-    ``RAY_ADDRESS``) starts a private local Ray with this machine's cores. Ray Client
-    addresses (``ray://``) are refused: the driver must run on the cluster."""
-    cpus_per_trial: float = Field(1.0, gt=0)
-    """CPUs reserved per trial and decode task; it sets torch's thread count."""
-    gpus_per_trial: float = Field(0.0, ge=0)
-    """GPUs per trial and decode task; fractions share one GPU (and cap each process's
-    share of its memory). Without CUDA on the node the trial fails, never falls back."""
-    resources_per_trial: dict[str, float] = Field(default_factory=dict)
-    """Custom Ray resources per trial and decode task, e.g. ``{accelerator_type:A100: 0.01}``
-    or a node label given to ``ray start --resources``, to pin work to some nodes."""
-    max_concurrent_trials: int = Field(0, ge=0)
-    """Upper bound on trials at once (0 = as many as resources allow)."""
-    max_failures: int = Field(1, ge=0)
-    """Retries of a trial that raises before it is recorded as failed; a retry resumes
-    from the trial's latest Tune checkpoint."""
-    storage_path: str | None = None
-    """Ray Tune storage: the only place nodes share. A local path (default
-    ``.ray_results`` in the repo; on a cluster, a folder every node mounts, e.g. NFS) or a
-    URI passed to Tune unchanged (``s3://bucket/prefix``, ``gs://bucket/prefix``)."""
-
-
 class TrainConfig(_Section):
     seed: int = 1
     """Seed of initialisation, dropout and batch order."""
@@ -220,20 +199,10 @@ class TrainConfig(_Section):
     )
     """Sweep axes: a ``model`` or ``train`` field name -> list of values. The grid is
     their Cartesian product; each point becomes one variant."""
-    ray: RayConfig = RayConfig()
     allow_partial: bool = False
     """Finish with exit 0 even if some variants failed (they are still reported)."""
     only: list[str] = Field(default_factory=list)
     """Train only these variant ids (empty = the whole grid)."""
-
-
-# ----------------------------------------------------------------------- tracking
-class TrackingConfig(_Section):
-    uri: str = "sqlite:///mlflow.db"
-    """MLflow tracking URI (``MLFLOW_TRACKING_URI`` overrides it); relative SQLite
-    paths are resolved against the repo root."""
-    experiment: str = "attention-study"
-    """MLflow experiment name."""
 
 
 # ----------------------------------------------------------------------- evaluate
@@ -263,7 +232,6 @@ class Config(_Section):
     tokenize: TokenizeConfig = TokenizeConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
-    tracking: TrackingConfig = TrackingConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     report: ReportConfig = ReportConfig()
 
@@ -304,6 +272,18 @@ def build(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") ->
         raise ConfigError(format_validation_error(err, prefix)) from None
 
 
+def _refuse_moved_keys(path: Path, data: dict[str, Any]) -> None:
+    """Infrastructure settings left in a params file from before they moved to infra.yaml."""
+    moved = [key for key in ("tracking", "infra") if key in data]
+    if isinstance(data.get("train"), dict) and "ray" in data["train"]:
+        moved.append("train.ray")
+    if moved:
+        raise ConfigError(
+            f"{path}: {', '.join(moved)}: infrastructure settings are not study params; "
+            "move them to infra.yaml (ray:, tracking:), see docs/infra.md"
+        )
+
+
 def load_config(path: str | Path = "params.yaml") -> Config:
     """Load and validate ``params.yaml`` (missing sections take their defaults)."""
     path = Path(path)
@@ -313,10 +293,17 @@ def load_config(path: str | Path = "params.yaml") -> Config:
         raise ConfigError(f"{path}: params file not found") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}".replace("\n", " ")) from None
-    if data is None:
-        data = {}
+    if not data:
+        raise ConfigError(
+            f"{path}: empty params file; copy the repo's params.yaml and edit it "
+            "(a section left out takes its defaults, but an empty file is refused)"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of sections")
+    _refuse_moved_keys(path, data)
+    missing = [name for name in Config.model_fields if name not in data]
+    if missing:
+        logger.info("%s: no %s section; using the defaults", path, ", ".join(missing))
     config = build(Config, data)
     from pipeline.grid import validate_grid  # local import: grid imports this module
 

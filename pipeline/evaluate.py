@@ -10,27 +10,38 @@ Outputs (``eval/``, swapped in whole when everything succeeded):
   signature and the attention example ids; ``significance.csv``: paired bootstrap of
   each scorer vs ``none`` and each reversed variant vs its forward twin.
 
-And for DVC (``metrics_dir``, default ``metrics/``): ``test.json``, the headline numbers
-(``dvc metrics show``/``diff``), and ``bleu_by_length.csv``, the long table variant x
-bucket (``dvc plots show``, template ``.dvc/plots/bleu_by_length.json``).
+And for DVC (``metrics_dir``, default ``metrics/``): ``test.json``, a dozen headline
+numbers (best test BLEU per scorer, mean paired gains; the columns of ``dvc exp show``);
+``bleu_by_length.csv``, the long table variant x bucket, and ``test_bleu.csv``, one row
+per variant (``dvc plots show``/``diff``).
+
+MLflow (:mod:`pipeline.tracking`): an ``evaluation`` run keyed by ``eval_key`` (the hash
+of the evaluate params, the test set and the evaluated variants' config hashes, also in
+``eval/summary.json``) with one ``test`` child per variant holding its test scores next
+to its training summary, tagged with the DVC experiment.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from pipeline.artifacts import (
     EVAL_SUMMARY,
     METRICS_FILE,
     PLOTS_FILE,
     SIGNIFICANCE,
+    STUDY_TABLE,
     SWEEP_FILE,
+    VARIANT_PLOTS_FILE,
     EvalFiles,
     VariantFiles,
 )
@@ -40,8 +51,9 @@ from pipeline.data.fetch import read_tsv_pairs
 from pipeline.data.tokenized import TokenizedData
 from pipeline.decoding import DecodeSpec, attention_example_indices, decode_variant
 from pipeline.evaluation import Buckets, Scorer, paired_bootstrap, score_system
+from pipeline.infra import Infra
 from pipeline.io import atomic_dir, atomic_path, write_json, write_text
-from pipeline.tracking import Tracker
+from pipeline.tracking import Tracker, training_summary
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +102,7 @@ def _metric_name(bucket: str) -> str:
 
 def evaluate(
     config: Config,
-    root: Path,
+    infra: Infra,
     tok_dir: Path,
     raw_dir: Path,
     models_dir: Path,
@@ -102,6 +114,7 @@ def evaluate(
     trained = {i: v for i, v in sweep["variants"].items() if v["status"] in ("finished", "cached")}
     if not trained:
         raise EvaluationError(f"{models_dir / SWEEP_FILE}: no trained variant to evaluate")
+    tracker = Tracker(infra)  # a store that cannot be used fails before decoding
     pairs = read_tsv_pairs(raw_dir / "test.tsv")
     references = [t for _, t in pairs]
     source_words = np.array([len(s.split()) for s, _ in pairs])
@@ -115,7 +128,7 @@ def evaluate(
         config.evaluate.bootstrap_seed,
     )
     data = TokenizedData.load(tok_dir)
-    resources = TaskResources.from_config(config.train.ray)
+    resources = TaskResources.from_config(infra.ray)
     specs = {
         variant_id: DecodeSpec(
             variant_id,
@@ -128,7 +141,7 @@ def evaluate(
         )
         for variant_id in trained
     }
-    init_ray(config.train.ray)
+    init_ray(infra.ray)
     decoded = run_tasks(decode_variant, specs, resources, "decode test", (data,))
     with atomic_dir(out_dir) as tmp:
         for variant_id, result in decoded.items():
@@ -155,12 +168,17 @@ def evaluate(
             statistics[variant_id] = scorer.statistics(hypotheses, references)
         significance = _significance(scorer, trained, statistics, config)
         significance.to_csv(tmp / SIGNIFICANCE, index=False)
-        summary = _summary(tmp, metrics, sweep, examples)
-    write_json(metrics_dir / METRICS_FILE, summary["variants"])
+        key = eval_key(config, trained, raw_dir / "test.tsv")
+        summary = _summary(tmp, metrics, sweep, examples, key)
+        table = study_table(sweep, summary)
+        table.to_csv(tmp / STUDY_TABLE, index=False)
+    write_json(metrics_dir / METRICS_FILE, headline(table, significance))
     rows = [{"variant": i, **entry} for i, r in metrics.items() for entry in r["by_length"]]
     with atomic_path(metrics_dir / PLOTS_FILE) as path:
         pd.DataFrame(rows).to_csv(path, index=False)
-    _log_to_mlflow(config, root, sweep, metrics, out_dir)
+    with atomic_path(metrics_dir / VARIANT_PLOTS_FILE) as path:
+        table[table.status == "finished"][["variant", "bleu"]].to_csv(path, index=False)
+    _log_to_mlflow(tracker, config, sweep, metrics, out_dir, raw_dir, key)
     return summary
 
 
@@ -194,7 +212,70 @@ def _significance(scorer, trained, statistics, config) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray) -> dict:
+def eval_key(config: Config, trained: dict[str, dict], test_file: Path) -> str:
+    """What an evaluation's numbers depend on: the evaluate params, the test set and the
+    evaluated variants' config hashes (its MLflow runs' key; stable across reruns)."""
+    payload = {
+        "evaluate": config.evaluate.model_dump(),
+        "buckets": [config.fetch.split.bucket_width, config.fetch.split.num_buckets],
+        "max_decode_ratio": config.train.max_decode_ratio,
+        "test": hashlib.sha256(test_file.read_bytes()).hexdigest(),
+        "variants": {i: v["config_hash"] for i, v in sorted(trained.items())},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def study_table(sweep: dict, summary: dict) -> pd.DataFrame:
+    """One row per variant of the grid: axes, test scores, training summary."""
+    rows = []
+    for variant_id, info in sweep["variants"].items():
+        test = summary["variants"].get(variant_id, {})
+        train_metrics, tags = training_summary(info) if info["status"] != "failed" else ({}, {})
+        rows.append(
+            {
+                "variant": variant_id,
+                "status": "finished" if test else "failed",
+                **{k: info["model"].get(k) for k in ("scorer", "reverse_source", "hidden_size")},
+                **{k: v for k, v in info["axes"].items() if k not in info["model"]},
+                "bleu": test.get("bleu"),
+                "bleu_low": test.get("bleu_low"),
+                "bleu_high": test.get("bleu_high"),
+                "chrf": test.get("chrf"),
+                **train_metrics,
+                **tags,
+                "error": info.get("error") or "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def headline(table: pd.DataFrame, significance: pd.DataFrame) -> dict[str, Any]:
+    """``metrics/test.json``: the numbers ``dvc exp show`` lists as columns. Best test BLEU
+    per scorer (over the other axes) and the mean paired gains: each scorer over its
+    ``none`` twins, reversal over forward (no-attention and attention twins)."""
+
+    def rounded(value: float) -> float | None:
+        return None if pd.isna(value) else round(float(value), 2)
+
+    done = table[table.status == "finished"]
+    out: dict[str, Any] = {
+        "best_bleu": rounded(done.bleu.max()) if len(done) else None,
+        "bleu": {s: rounded(g.bleu.max()) for s, g in done.groupby("scorer", sort=False)},
+    }
+    if len(significance):
+        scorer = significance.variant.map(dict(zip(table.variant, table.scorer)))
+        vs_none = significance[significance.comparison == "vs_none"]
+        out["gain_vs_none"] = {
+            s: rounded(g.delta.mean()) for s, g in vs_none.groupby(scorer[vs_none.index])
+        }
+        reversal = significance[significance.comparison == "reversed_vs_forward"]
+        groups = np.where(scorer[reversal.index] == "none", "none", "attention")
+        out["reversal_gain"] = {g: rounded(d.delta.mean()) for g, d in reversal.groupby(groups)}
+    out["failed_variants"] = int((table.status != "finished").sum())
+    return out
+
+
+def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray, key: str) -> dict:
     top = {
         variant_id: {
             "bleu": result["bleu"],
@@ -207,6 +288,7 @@ def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray) -> dic
     }
     failed = sorted(i for i, v in sweep["variants"].items() if i not in metrics)
     summary = {
+        "eval_key": key,
         "variants": top,
         "failed_variants": failed,
         "signature": next(iter(metrics.values()))["signature"],
@@ -217,16 +299,58 @@ def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray) -> dic
     return summary
 
 
-def _log_to_mlflow(config: Config, root: Path, sweep: dict, metrics: dict, out_dir: Path) -> None:
-    """Add test metrics and the by-length table to each variant's existing child run."""
-    tracker = Tracker(config.tracking, root)
-    for variant_id, result in metrics.items():
-        run_id = sweep["variants"][variant_id].get("run_id")
-        if not run_id:
-            continue
-        values = {"test_bleu": result["bleu"], "test_chrf": result["chrf"]}
+def _log_to_mlflow(
+    tracker: Tracker,
+    config: Config,
+    sweep: dict,
+    metrics: dict,
+    out_dir: Path,
+    raw_dir: Path,
+    key: str,
+) -> None:
+    """The evaluation's MLflow runs: a parent (the study table, significance; the report
+    stage adds the report) and one ``test`` child per variant with its test scores next
+    to its training summary and a link to its training run. Found by tags, so a rerun or
+    a deleted run never breaks the stage."""
+    evaluate_params = {f"evaluate.{k}": v for k, v in config.evaluate.model_dump().items()}
+    parent_id = tracker.find_or_start(
+        f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",
+        {"kind": "evaluation", "eval_key": key},
+        params={**evaluate_params, "variants": len(metrics)},
+        tags={"data_hash": sweep.get("data_hash", "")},
+    )
+    test_digest = hashlib.sha256((raw_dir / "test.tsv").read_bytes()).hexdigest()
+    best = {}
+    for variant_id, result in tqdm(metrics.items(), desc="MLflow test runs", unit="run"):
+        info = sweep["variants"][variant_id]
+        trained = tracker.find_run({"kind": "train", "config_hash": info["config_hash"]})
+        train_metrics, tags = training_summary(info)
+        if trained is not None:
+            tags["training_run_id"] = trained.info.run_id
+        run_id = tracker.find_or_start(
+            variant_id,
+            {"kind": "test", "eval_key": key, "config_hash": info["config_hash"]},
+            parent_id=parent_id,
+            params={**_variant_params(info), **evaluate_params},
+            tags={"variant": variant_id, "sacrebleu_signature": result["signature"], **tags},
+        )
+        values = {"test_bleu": result["bleu"], "test_bleu_low": result["bleu_low"]}
+        values.update(test_bleu_high=result["bleu_high"], test_chrf=result["chrf"])
         values.update({_metric_name(b["bucket"]): b["bleu"] for b in result["by_length"]})
-        tracker.log_metrics(run_id, values, step=0)
-        tracker.set_tags(run_id, {"sacrebleu_signature": result["signature"]})
+        tracker.log_metrics(run_id, {**values, **train_metrics})
+        tracker.log_dataset(run_id, "test", raw_dir / "test.tsv", test_digest, "evaluation")
         files = EvalFiles(out_dir / variant_id)
-        tracker.log_artifacts(run_id, [files.metrics, files.by_length], "test")
+        tracker.log_artifacts(run_id, [files.metrics, files.by_length, files.hypotheses])
+        tracker.finish(run_id)
+        best[variant_id] = result["bleu"]
+    top = max(best, key=best.get)
+    tracker.log_metrics(parent_id, {"best_test_bleu": best[top]})
+    tracker.set_tags(parent_id, {"best_variant": top})
+    tracker.log_artifacts(parent_id, [out_dir / STUDY_TABLE, out_dir / SIGNIFICANCE])
+    tracker.finish(parent_id)
+
+
+def _variant_params(info: dict) -> dict[str, Any]:
+    params = {f"model.{k}": v for k, v in info["model"].items()}
+    params.update({f"axis.{k}": v for k, v in info["axes"].items()})
+    return params

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pipeline.config import Config
 
 _ID_AXES = ("scorer", "reverse_source", "hidden_size", "seed")
-_GRID_EXCLUDED = {"grid", "ray", "only", "allow_partial"}
+_GRID_EXCLUDED = {"grid", "only", "allow_partial"}
 _SHORT = {"learning_rate": "lr", "embedding_size": "e", "batch_tokens": "bt"}
 
 

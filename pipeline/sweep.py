@@ -5,14 +5,19 @@
   file of the driver's repo.
 - **Out through Tune.** A trial trains in a scratch folder on its node and, each epoch,
   reports its metrics with a ``tune.Checkpoint`` of that folder (best model, resume
-  state, history); Tune copies it to ``train.ray.storage_path``. When a trial completes,
+  state, history); Tune copies it to ``ray.storage_path`` (infra.yaml). When a trial completes,
   the driver copies its last checkpoint into ``models/<id>/`` (:mod:`pipeline.artifacts`).
 - **Caching.** ``models/<id>/result.json`` holds the hash of the variant's full config
-  (``precision: auto`` resolved on the trials' hardware) and of the data; a rerun skips
-  variants whose hash matches and trains only the rest.
-- **Resumption.** A retried trial (``train.ray.max_failures``) resumes from
+  (``precision: auto`` resolved on the trials' hardware) and of the data; a rerun takes
+  variants whose hash matches from ``models/`` or from the variant cache
+  (:mod:`pipeline.variant_cache`, shared by all DVC experiments) and trains the rest.
+- **Deterministic outputs.** ``models/`` and ``models/sweep.json`` hold what the variants
+  are, nothing about the run that made them (timings of this run, attempts, MLflow run
+  ids go to the variant cache's ``last_sweep.json`` and to MLflow): a train rerun that
+  trains nothing leaves ``models/`` byte-identical and DVC reruns nothing downstream.
+- **Resumption.** A retried trial (``ray.max_failures``) resumes from
   ``tune.get_checkpoint()``. After the driver itself was killed, the next run passes each
-  unfinished variant its latest checkpoint, recorded in ``models/.sweep_state.json``.
+  unfinished variant its latest checkpoint, recorded in the variant cache.
   (``Tuner.restore`` does not fit: the set of variants to train differs between runs,
   as finished ones drop out and grids grow.)
 - **Tracking** is driver-side (:mod:`pipeline.sweep_mlflow`): one MLflow writer.
@@ -20,8 +25,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -31,7 +38,7 @@ from typing import Any
 
 from ray import tune
 
-from pipeline.artifacts import SWEEP_FILE, SWEEP_STATE_FILE, VariantFiles
+from pipeline.artifacts import SWEEP_FILE, VariantFiles
 from pipeline.cluster import (
     ClusterError,
     TaskResources,
@@ -47,11 +54,11 @@ from pipeline.cluster import (
 from pipeline.config import Config
 from pipeline.data.tokenized import TokenizedData
 from pipeline.grid import Variant, expand_grid, select
-from pipeline.io import atomic_dir, write_json
-from pipeline.provenance import git_commit
+from pipeline.infra import Infra
+from pipeline.io import write_json
 from pipeline.sweep_mlflow import MlflowCallback
-from pipeline.sweep_state import SweepState, checkpoint_uri
-from pipeline.tracking import Tracker
+from pipeline.tracking import UNFINISHED, Tracker
+from pipeline.variant_cache import VariantCache, checkpoint_uri
 
 logger = logging.getLogger(__name__)
 
@@ -70,16 +77,16 @@ FINAL = "variant_finished"
 
 @dataclass(frozen=True)
 class SweepPaths:
-    root: Path
     tok_dir: Path
     models_dir: Path
     storage: str  # Tune storage_path: an absolute local path or a URI, as Tune takes it
+    cache: VariantCache
 
     @staticmethod
-    def under(root: Path, config: Config, tok_dir: Path, models_dir: Path) -> SweepPaths:
-        root = root.resolve()
-        storage = storage_uri(config.train.ray.storage_path, root)
-        return SweepPaths(root, (root / tok_dir).resolve(), (root / models_dir).resolve(), storage)
+    def under(infra: Infra, tok_dir: Path, models_dir: Path) -> SweepPaths:
+        storage = storage_uri(infra.ray.storage_path, infra.root)
+        cache = VariantCache(infra.cache_dir)
+        return SweepPaths(tok_dir.resolve(), models_dir.resolve(), storage, cache)
 
 
 @dataclass(frozen=True)
@@ -95,9 +102,8 @@ class TrialSpec:
 @dataclass
 class VariantOutcome:
     id: str
-    status: str  # finished | cached | failed
+    status: str  # trained | cached | failed
     config_hash: str
-    run_id: str | None = None
     error: str | None = None
     attempts: int = 0
     summary: dict[str, Any] = field(default_factory=dict)
@@ -159,14 +165,14 @@ def _resolve_precision(precision: str, resources: TaskResources) -> str:
     return resolve(precision, claim_device(resources.gpus, resources.cpus))
 
 
-def resolve_auto_precision(config: Config, resources: TaskResources) -> str:
+def resolve_auto_precision(infra: Infra, resources: TaskResources) -> str:
     """``train.precision: auto`` resolved once for the whole sweep, where trials run: on
     this machine for a local Ray, else by a probe task with a trial's resources."""
-    if ray_address(config.train.ray) is None:
+    if ray_address(infra.ray) is None:
         from pipeline.models.precision import resolve
 
         return resolve("auto", device_for(resources.gpus))
-    init_ray(config.train.ray)
+    init_ray(infra.ray)
     probe = {"probe": "auto"}
     return run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,))["probe"]
 
@@ -180,10 +186,11 @@ def _with_precision(variant: Variant, auto: str | None) -> Variant:
 # -------------------------------------------------------------- driver outputs
 class OutputsCallback(tune.Callback):
     """Driver side: records each trial's latest checkpoint (for resuming a killed sweep)
-    and turns a completed trial's last checkpoint into ``models/<id>/``."""
+    and turns a completed trial's last checkpoint into ``models/<id>/`` (through the
+    variant cache)."""
 
-    def __init__(self, specs: dict[str, TrialSpec], models_dir: Path, state: SweepState):
-        self.specs, self.models_dir, self.state = specs, models_dir, state
+    def __init__(self, specs: dict[str, TrialSpec], models_dir: Path, cache: VariantCache):
+        self.specs, self.models_dir, self.cache = specs, models_dir, cache
         self.attempts: dict[str, int] = {}
         self.finished: dict[str, dict[str, Any]] = {}
         self.errors: dict[str, str] = {}
@@ -194,7 +201,7 @@ class OutputsCallback(tune.Callback):
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         spec = self.specs[trial.config["variant"]]
-        self.state.set(spec.variant.id, spec.config_hash, "checkpoint", checkpoint_uri(checkpoint))
+        self.cache.set_resume(spec.config_hash, spec.variant.id, checkpoint_uri(checkpoint))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.collect(trial.config["variant"], trial.checkpoint)
@@ -204,30 +211,29 @@ class OutputsCallback(tune.Callback):
         if variant_id in self.finished:
             return
         spec = self.specs[variant_id]
-        folder = self.models_dir / variant_id
         try:
             if checkpoint is None:
                 raise ClusterError("the trial completed without a checkpoint")
-            with atomic_dir(folder) as tmp:
-                checkpoint.to_directory(str(tmp))
-                files = VariantFiles(tmp)
+            self.cache.folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=self.cache.folder, prefix=".collect-") as tmp:
+                checkpoint.to_directory(tmp)
+                files = VariantFiles(Path(tmp))
                 files.last.unlink(missing_ok=True)
-                result = files.finished(spec.config_hash)
-                if result is None:
+                if files.finished(spec.config_hash) is None:
                     raise ClusterError(f"its checkpoint holds no {files.RESULT} of this config")
-                run_id = self.state.get(variant_id, spec.config_hash, "run_id")
-                write_json(files.run, {"run_id": run_id, "config_hash": spec.config_hash})
+                self.cache.store(Path(tmp), spec.config_hash)
+            result = self.cache.restore(spec.config_hash, self.models_dir / variant_id)
         except (OSError, ValueError, ClusterError) as err:
             self.errors[variant_id] = f"{type(err).__name__}: {err}"
             logger.error("%s: could not collect its outputs: %s", variant_id, err)
             return
         self.finished[variant_id] = result["summary"]
-        self.state.set(variant_id, spec.config_hash, "checkpoint", None)
+        self.cache.set_resume(spec.config_hash, variant_id, None)
 
 
 # ----------------------------------------------------------------------- sweep
-def _tune(todo: dict[str, TrialSpec], data, config: Config, paths: SweepPaths, callbacks):
-    ray_cfg = config.train.ray
+def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, callbacks):
+    ray_cfg = infra.ray
     resources = next(iter(todo.values())).resources
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, specs=todo, data=data), resources.tune_resources()
@@ -242,7 +248,7 @@ def _tune(todo: dict[str, TrialSpec], data, config: Config, paths: SweepPaths, c
         param_space={"variant": tune.grid_search(sorted(todo))},
         tune_config=tune.TuneConfig(max_concurrent_trials=ray_cfg.max_concurrent_trials or None),
         run_config=tune.RunConfig(
-            name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+            name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",  # unique per driver
             storage_path=paths.storage,
             failure_config=tune.FailureConfig(max_failures=ray_cfg.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),  # the latest holds all
@@ -254,21 +260,25 @@ def _tune(todo: dict[str, TrialSpec], data, config: Config, paths: SweepPaths, c
     return tuner.fit()
 
 
-def run_sweep(config: Config, paths: SweepPaths, only: list[str] | None = None) -> dict:
+def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dict:
     """Train every selected variant not already finished; write ``models/sweep.json``."""
+    started = time.time()
     data = TokenizedData.load(paths.tok_dir)
     data_hash = data.fingerprint()
-    resources = TaskResources.from_config(config.train.ray)
+    resources = TaskResources.from_config(infra.ray)
     variants = select(expand_grid(config), only or config.train.only)
     auto = None
     if any(v.train.precision == "auto" for v in variants):
-        auto = resolve_auto_precision(config, resources)
+        auto = resolve_auto_precision(infra, resources)
         logger.info("train.precision auto -> %s on the trials' hardware", auto)
     variants = [_with_precision(v, auto) for v in variants]
     specs = {v.id: TrialSpec(v, v.config_hash(data_hash), resources) for v in variants}
     outcomes = {}
     for variant_id, spec in specs.items():
-        cached = VariantFiles(paths.models_dir / variant_id).finished(spec.config_hash)
+        folder = paths.models_dir / variant_id
+        cached = VariantFiles(folder).finished(spec.config_hash)
+        if cached is None:
+            cached = paths.cache.restore(spec.config_hash, folder)
         if cached is not None:
             outcomes[variant_id] = VariantOutcome(
                 variant_id, "cached", spec.config_hash, summary=cached["summary"]
@@ -276,35 +286,35 @@ def run_sweep(config: Config, paths: SweepPaths, only: list[str] | None = None) 
     todo = {k: v for k, v in specs.items() if k not in outcomes}
     logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
 
+    parent_id, runs = None, {}
     if todo:
-        init_ray(config.train.ray)  # before MLflow: a cluster that cannot run it fails here
-    state = SweepState(paths.models_dir / SWEEP_STATE_FILE)
-    tracker = Tracker(config.tracking, paths.root)
-    parent_id = _parent_run(tracker, config, paths, data_hash, specs, state)
-    if todo:
-        todo = {k: _resumable(spec, state) for k, spec in todo.items()}
-        tags = {"git_commit": git_commit(paths.root), "data_hash": data_hash}
-        outputs = OutputsCallback(todo, paths.models_dir, state)
-        tracking = MlflowCallback(tracker, parent_id, todo, tags, state, paths.models_dir)
-        grid = _tune(todo, data, config, paths, [outputs, tracking])
+        init_ray(infra.ray)  # before MLflow: a cluster that cannot run it fails here
+        tracker = Tracker(infra)
+        parent_id = _parent_run(tracker, config, infra, data_hash, specs)
+        todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
+        outputs = OutputsCallback(todo, paths.models_dir, paths.cache)
+        tracking = MlflowCallback(tracker, parent_id, todo, paths.models_dir, data, paths.tok_dir)
+        grid = _tune(todo, data, infra, paths, [outputs, tracking])
         _raise_if_interrupted(grid, outputs)
         outcomes.update(_collect(todo, grid, outputs))
-    for variant_id in specs:
-        outcome = outcomes[variant_id]
-        outcome.run_id = outcome.run_id or _run_id(paths.models_dir / variant_id)
-    summary = _write_summary(paths.models_dir, specs, outcomes, parent_id, data_hash)
+        runs = tracking.runs
+    summary = _write_summary(paths.models_dir, specs, outcomes, data_hash)
     failed = [o for o in outcomes.values() if o.status == "failed"]
-    tracker.log_metrics(parent_id, {"variants_failed": len(failed)}, step=0)
-    tracker.finish(parent_id, "FAILED" if failed and not config.train.allow_partial else "FINISHED")
-    state.finish()
-    if failed and not config.train.allow_partial:
+    sweep_failed = bool(failed) and not config.train.allow_partial
+    record = _write_last_sweep(paths, specs, outcomes, parent_id, runs, time.time() - started)
+    if parent_id:
+        counts = {f"variants_{k}": v for k, v in record["counts"].items()}
+        tracker.log_metrics(parent_id, {**counts, "sweep_minutes": record["minutes"]})
+        tracker.log_artifacts(parent_id, [paths.models_dir / SWEEP_FILE, paths.cache.last_sweep])
+        tracker.finish(parent_id, "FAILED" if sweep_failed else "FINISHED")
+    if sweep_failed:
         names = "; ".join(f"{o.id}: {o.error}" for o in failed)
         raise SweepFailedError(f"{len(failed)} of {len(specs)} variants failed: {names}")
     return summary
 
 
-def _resumable(spec: TrialSpec, state: SweepState) -> TrialSpec:
-    uri = state.get(spec.variant.id, spec.config_hash, "checkpoint")
+def _resumable(spec: TrialSpec, cache: VariantCache) -> TrialSpec:
+    uri = cache.resume_uri(spec.config_hash)
     if uri:
         logger.info("%s: resuming from its last Tune checkpoint %s", spec.variant.id, uri)
     return replace(spec, resume_from=uri)
@@ -329,7 +339,7 @@ def _raise_if_interrupted(grid, outputs: OutputsCallback) -> None:
 
 
 def _collect(todo: dict[str, TrialSpec], grid, outputs: OutputsCallback) -> dict:
-    """Outcomes from the ``ResultGrid``: finished (collected) or failed with the cause."""
+    """Outcomes from the ``ResultGrid``: trained (collected) or failed with the cause."""
     errors: dict[str, str] = {}
     for result in grid:
         variant_id = result.config["variant"]
@@ -339,53 +349,46 @@ def _collect(todo: dict[str, TrialSpec], grid, outputs: OutputsCallback) -> dict
             outputs.collect(variant_id, result.checkpoint)
     outcomes = {}
     for variant_id, spec in todo.items():
-        run_id = outputs.state.get(variant_id, spec.config_hash, "run_id")
         if variant_id in outputs.finished:
-            status, error, summary = "finished", None, outputs.finished[variant_id]
+            status, error, summary = "trained", None, outputs.finished[variant_id]
         else:
             error = errors.get(variant_id) or outputs.errors.get(variant_id) or "did not finish"
             status, summary = "failed", {}
         outcomes[variant_id] = VariantOutcome(
-            variant_id, status, spec.config_hash, run_id, error,
-            outputs.attempts.get(variant_id, 0), summary,
+            variant_id, status, spec.config_hash, error, outputs.attempts.get(variant_id, 0),
+            summary,
         )  # fmt: skip
     return outcomes
 
 
-def _run_id(folder: Path) -> str | None:
-    path = VariantFiles(folder).run
-    return json.loads(path.read_text()).get("run_id") if path.is_file() else None
+def _grid_hash(specs: dict[str, TrialSpec]) -> str:
+    key = json.dumps(sorted((k, v.config_hash) for k, v in specs.items()))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _grid_key(specs: dict[str, TrialSpec]) -> str:
-    return json.dumps(sorted((k, v.config_hash) for k, v in specs.items()))
-
-
-def _parent_run(tracker, config: Config, paths: SweepPaths, data_hash, specs, state) -> str:
-    """Reuse the parent run of an interrupted sweep of the same grid, else start one."""
-    grid = _grid_key(specs)
-    previous = state.resumable_parent(grid)
-    if previous and tracker.reopen(previous):
-        logger.info("resuming MLflow parent run %s", previous)
-        state.start(previous, grid)
-        return previous
+def _parent_run(tracker: Tracker, config: Config, infra: Infra, data_hash, specs) -> str:
+    """The sweep's MLflow parent: an interrupted sweep of the same grid is continued."""
     params = {"variants": len(specs), "grid": json.dumps(config.train.grid)}
-    params.update({f"train.ray.{k}": v for k, v in config.train.ray.model_dump().items()})
-    tags = {"git_commit": git_commit(paths.root), "data_hash": data_hash, "kind": "sweep"}
-    parent_id = tracker.start_run(
-        f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", params=params, tags=tags
+    params.update({f"ray.{k}": v for k, v in infra.ray.model_dump().items()})
+    return tracker.find_or_start(
+        f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+        {"kind": "sweep", "grid_hash": _grid_hash(specs)},
+        reuse=UNFINISHED,
+        params=params,
+        tags={"data_hash": data_hash},
     )
-    state.start(parent_id, grid)
-    return parent_id
 
 
-def _write_summary(models_dir: Path, specs, outcomes, parent_id: str, data_hash: str) -> dict:
+def _write_summary(models_dir: Path, specs, outcomes, data_hash: str) -> dict:
+    """``models/sweep.json``: what each variant is (config, summary, or why it failed);
+    identical on a rerun that trains nothing."""
     summary = {
-        "parent_run_id": parent_id,
         "data_hash": data_hash,
         "variants": {
             variant_id: {
-                **{k: v for k, v in asdict(outcomes[variant_id]).items() if k != "summary"},
+                "status": "failed" if outcomes[variant_id].status == "failed" else "finished",
+                "config_hash": spec.config_hash,
+                "error": outcomes[variant_id].error,
                 **outcomes[variant_id].summary,
                 "axes": spec.variant.axes,
                 "model": spec.variant.model.model_dump(),
@@ -395,3 +398,28 @@ def _write_summary(models_dir: Path, specs, outcomes, parent_id: str, data_hash:
     }
     write_json(models_dir / SWEEP_FILE, summary)
     return summary
+
+
+def _write_last_sweep(paths, specs, outcomes, parent_id, runs, seconds: float) -> dict:
+    counts: dict[str, int] = {}
+    for outcome in outcomes.values():
+        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    record = {
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "models_dir": str(paths.models_dir),
+        "minutes": round(seconds / 60, 3),
+        "parent_run_id": parent_id,
+        "counts": counts,
+        "variants": {
+            variant_id: {
+                "status": outcomes[variant_id].status,
+                "attempts": outcomes[variant_id].attempts,
+                "config_hash": spec.config_hash,
+                "run_id": runs.get(variant_id),
+                "error": outcomes[variant_id].error,
+            }
+            for variant_id, spec in specs.items()
+        },
+    }
+    paths.cache.write_last_sweep(record)
+    return record

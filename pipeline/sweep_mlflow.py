@@ -1,12 +1,14 @@
 """Driver-side bridge from Ray Tune's trial events to MLflow child runs.
 
 It runs in the driver process only, so the MLflow store has a single writer whatever
-the cluster. Child run ids are kept in the sweep state (:mod:`pipeline.sweep_state`), so
-a resumed sweep continues the same runs; a run that vanished from the store is recreated.
+the cluster. A variant's run is found by its ``config_hash`` tag (:mod:`pipeline.tracking`):
+a resumed sweep continues the same run, and a run that vanished from the store is
+recreated.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,11 +16,13 @@ from ray import tune
 
 from pipeline.artifacts import VariantFiles
 from pipeline.cluster import root_cause
-from pipeline.sweep_state import SweepState
-from pipeline.tracking import Tracker
+from pipeline.data.tokenized import TokenizedData
+from pipeline.tracking import UNFINISHED, Tracker, training_summary
 
 if TYPE_CHECKING:
     from pipeline.sweep import TrialSpec
+
+logger = logging.getLogger(__name__)
 
 EPOCH_METRICS = (
     "train_loss",
@@ -41,25 +45,27 @@ class MlflowCallback(tune.Callback):
         tracker: Tracker,
         parent_id: str,
         specs: dict[str, TrialSpec],
-        tags: dict[str, str],
-        state: SweepState,
         models_dir: Path,
+        data: TokenizedData,
+        data_dir: Path,
     ):
-        self.tracker, self.parent_id, self.specs, self.tags = tracker, parent_id, specs, tags
-        self.state, self.models_dir = state, models_dir
+        self.tracker, self.parent_id, self.specs = tracker, parent_id, specs
+        self.models_dir, self.data, self.data_dir = models_dir, data, data_dir
+        self.runs: dict[str, str] = {}
 
     def _run_for(self, trial) -> str:
         spec = self.specs[trial.config["variant"]]
-        variant_id, config_hash = spec.variant.id, spec.config_hash
-        run_id = self.state.get(variant_id, config_hash, "run_id")
-        if run_id and self.tracker.reopen(run_id):
-            return run_id
-        tags = {**self.tags, "variant": variant_id, "config_hash": config_hash}
-        run_id = self.tracker.start_run(
-            variant_id, parent_id=self.parent_id, params=spec.variant.flat_params(), tags=tags
-        )
-        self.state.set(variant_id, config_hash, "run_id", run_id)
-        return run_id
+        variant_id = spec.variant.id
+        if variant_id not in self.runs:
+            self.runs[variant_id] = self.tracker.find_or_start(
+                variant_id,
+                {"kind": "train", "config_hash": spec.config_hash},
+                reuse=UNFINISHED,  # an interrupted or failed attempt continues its run
+                parent_id=self.parent_id,
+                params=spec.variant.flat_params(),
+                tags={"variant": variant_id, "data_hash": self.data.fingerprint()},
+            )
+        return self.runs[variant_id]
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._run_for(trial)
@@ -73,16 +79,35 @@ class MlflowCallback(tune.Callback):
         run_id = self._run_for(trial)
         spec = self.specs[trial.config["variant"]]
         files = VariantFiles(self.models_dir / spec.variant.id)
-        if not files.finished(spec.config_hash):  # the driver could not collect it
+        result = files.finished(spec.config_hash)
+        if result is None:  # the driver could not collect it
             self.tracker.set_tags(run_id, {"error": "outputs not collected"})
             self.tracker.finish(run_id, "FAILED")
             return
-        self.tracker.log_artifacts(run_id, files.logged())
-        final = trial.last_result or {}  # the trial's final report carries its summary
-        resolved = {k: str(final[k]) for k in RESOLVED_TAGS if k in final}
-        if resolved:
-            self.tracker.set_tags(run_id, resolved)
+        try:
+            self._log_finished(run_id, spec, files, result["summary"], trial.last_result or {})
+        except Exception as err:  # tracking must never cost a trained variant
+            logger.warning("%s: MLflow logging incomplete: %s", spec.variant.id, err)
+            self.tracker.set_tags(run_id, {"tracking_error": f"{type(err).__name__}: {err}"})
         self.tracker.finish(run_id, "FINISHED")
+
+    def _log_finished(self, run_id: str, spec, files: VariantFiles, summary: dict, final: dict):
+        metrics, tags = training_summary(summary)
+        tags.update({k: str(final[k]) for k in RESOLVED_TAGS if k in final})  # what auto became
+        self.tracker.log_metrics(run_id, metrics, step=int(summary.get("epochs_run", 0)))
+        self.tracker.set_tags(run_id, tags)
+        self.tracker.log_dataset(
+            run_id, "train", self.data_dir, self.data.fingerprint(), context="training"
+        )
+        self.tracker.log_artifacts(run_id, files.logged())
+        self.tracker.log_model(
+            run_id,
+            spec.variant.id,
+            [files.checkpoint, files.config],
+            step=int(summary.get("best_epoch", 0)),
+            params=spec.variant.flat_params(),
+            tags={"config_hash": spec.config_hash, "variant": spec.variant.id},
+        )
 
     def on_trial_error(self, iteration, trials, trial, **info):
         run_id = self._run_for(trial)

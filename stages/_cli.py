@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.errors import StageError
+from pipeline.infra import Infra, load_infra
 
 logger = logging.getLogger("stages")
 
@@ -19,8 +20,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def parser(description: str) -> argparse.ArgumentParser:
     cli = argparse.ArgumentParser(description=description)
     cli.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    cli.add_argument(
+        "--infra",
+        default=None,
+        help="infrastructure settings: Ray, MLflow (default: $STUDY_INFRA, else infra.yaml "
+        "beside the params file; docs/infra.md)",
+    )
     cli.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return cli
+
+
+def infra(args: argparse.Namespace) -> Infra:
+    """The stage's infrastructure settings (Ray, MLflow, caches), with env overrides."""
+    return load_infra(args.params, args.infra)
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -49,6 +61,14 @@ def run(
         if args.verbose:
             logger.exception("failed")
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as err:
+        if not type(err).__module__.startswith("mlflow"):
+            raise
+        if args.verbose:
+            logger.exception("failed")
+        message = str(getattr(err, "message", err)).splitlines()[0]
+        print(f"error: MLflow tracking store: {message}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from pipeline.evaluate import evaluate
-from stages._cli import REPO_ROOT, parser, run
+from stages._cli import REPO_ROOT, infra, parser, run
 
 logger = logging.getLogger("stages.evaluate")
 
@@ -13,7 +13,7 @@ logger = logging.getLogger("stages.evaluate")
 def main(args, config) -> None:
     names = (args.tok, args.raw, args.models, args.out, args.metrics)
     paths = [(REPO_ROOT / p).resolve() for p in names]
-    summary = evaluate(config, REPO_ROOT, *paths)
+    summary = evaluate(config, infra(args), *paths)
     best = max(summary["variants"].items(), key=lambda item: item[1]["bleu"])
     logger.info(
         "evaluated %d variants; best %s BLEU %.2f",

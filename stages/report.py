@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 
 from pipeline.report.render import build_report
-from stages._cli import REPO_ROOT, parser, run
+from stages._cli import REPO_ROOT, infra, parser, run
 
 logger = logging.getLogger("stages.report")
 
 
 def main(args, config) -> None:
     paths = [(REPO_ROOT / p).resolve() for p in (args.models, args.eval, args.raw, args.out)]
-    summary = build_report(config, REPO_ROOT, *paths)
+    summary = build_report(config, infra(args), REPO_ROOT, *paths)
     logger.info("wrote %s: %s", args.out, summary)
 
 

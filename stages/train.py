@@ -6,28 +6,30 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
-from pathlib import Path
 
 from pipeline.artifacts import SWEEP_FILE
 from pipeline.sweep import SweepFailedError, SweepPaths, run_sweep
-from stages._cli import REPO_ROOT, parser, run
+from stages._cli import REPO_ROOT, infra, parser, run
 
 logger = logging.getLogger("stages.train")
 
 
 def main(args, config) -> int:
-    paths = SweepPaths.under(REPO_ROOT, config, Path(args.tok), Path(args.out))
+    settings = infra(args)
+    paths = SweepPaths.under(settings, REPO_ROOT / args.tok, REPO_ROOT / args.out)
     try:
-        summary = run_sweep(config, paths, only=args.only)
+        run_sweep(config, settings, paths, only=args.only)
     except SweepFailedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    counts: dict[str, int] = {}
-    for variant in summary["variants"].values():
-        counts[variant["status"]] = counts.get(variant["status"], 0) + 1
-    logger.info("sweep done: %s; summary in %s", counts, paths.models_dir / SWEEP_FILE)
+    counts = json.loads(paths.cache.last_sweep.read_text())["counts"]
+    logger.info(
+        "sweep done: %s; summary in %s, run log in %s",
+        counts, paths.models_dir / SWEEP_FILE, paths.cache.last_sweep,
+    )  # fmt: skip
     return 0
 
 

@@ -16,7 +16,14 @@ from pathlib import Path
 from pipeline.config import load_config
 from pipeline.data.fetch import fetch
 from pipeline.data.tokenize import tokenize
+from pipeline.variant_cache import VariantCache
 from tests.helpers import REPO_ROOT, synthetic_pairs, write_params, write_tsv
+
+CLEARED_ENV = (
+    "RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "STUDY_INFRA", "DVC_ROOT",
+    "DVC_EXP_NAME", "DVC_EXP_BASELINE_REV",
+)  # fmt: skip
+"""Settings of the environment a test project must not inherit."""
 
 
 def tiny_params(root: Path, **train) -> dict:
@@ -43,19 +50,28 @@ def tiny_params(root: Path, **train) -> dict:
             "batch_tokens": 400,
             "dev_bleu_sentences": 10,
             "grid": grid,
-            "ray": {"storage_path": str(root / "ray_results"), "max_failures": 1},
             **train,
         },
-        "tracking": {"uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "test"},
         "evaluate": {"beam_size": 2, "bootstrap_samples": 50, "attention_examples": 3},
         "report": {"title": "Tiny study"},
     }
 
 
-def make_project(root: Path, **train) -> Path:
-    """Write corpus + params under ``root`` and run fetch and tokenize; returns params."""
+def tiny_infra(root: Path, ray: dict | None = None, tracking: dict | None = None) -> dict:
+    """``infra.yaml`` of a test project: everything under ``root`` (the default SQLite
+    store ``root/mlflow.db``, the variant cache ``root/.study_cache``)."""
+    return {
+        "ray": {"storage_path": str(root / "ray_results"), "max_failures": 1, **(ray or {})},
+        "tracking": {"experiment": "test", **(tracking or {})},
+    }
+
+
+def make_project(root: Path, ray: dict | None = None, **train) -> Path:
+    """Write corpus, params and infra.yaml under ``root`` and run fetch and tokenize;
+    returns the params file."""
     root.mkdir(parents=True, exist_ok=True)
     write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
+    write_params(root / "infra.yaml", tiny_infra(root, ray))
     params = write_params(root / "params.yaml", tiny_params(root, **train))
     config = load_config(params)
     fetch(config.fetch, root / "data" / "raw")
@@ -69,8 +85,8 @@ def stage(
     """Run a stage CLI the way DVC does (a subprocess), with paths under ``root``."""
     env = dict(os.environ, **(extra_env or {}))
     env.update(PYTHONPATH=str(REPO_ROOT), RAY_DEDUP_LOGS="0")
-    env.pop("RAY_ADDRESS", None)
-    env.pop("MLFLOW_TRACKING_URI", None)
+    for key in CLEARED_ENV:
+        env.pop(key, None)
     command = [sys.executable, "-m", module, "--params", str(params), *args]
     return subprocess.run(
         command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kw
@@ -81,12 +97,14 @@ def train_args(root: Path) -> list[str]:
     return ["--tok", str(root / "data" / "tok"), "--out", str(root / "models")]
 
 
-def sweep_state(root: Path) -> dict:
-    """The driver's ``models/.sweep_state.json`` (empty while it does not exist yet)."""
-    try:
-        return json.loads((root / "models" / ".sweep_state.json").read_text())
-    except (OSError, ValueError):
-        return {}
+def resumable(root: Path) -> dict[str, str]:
+    """``{variant: checkpoint URI}`` recorded for unfinished variants of ``root``'s project."""
+    return VariantCache(root / ".study_cache").resumable()
+
+
+def last_sweep(root: Path) -> dict:
+    """What the last train run did (trained/cached/failed, attempts, MLflow run ids)."""
+    return json.loads(VariantCache(root / ".study_cache").last_sweep.read_text())
 
 
 def kill_train_when_resumable(
@@ -99,7 +117,8 @@ def kill_train_when_resumable(
     itself, and store its ``returncode`` and ``stderr`` in that dict."""
     env = dict(os.environ, **(extra_env or {}))
     env.update(PYTHONPATH=str(REPO_ROOT))
-    env.pop("RAY_ADDRESS", None)
+    for key in CLEARED_ENV:
+        env.pop(key, None)
     command = [sys.executable, "-m", "stages.train", "--params", str(params), *train_args(root)]
     process = subprocess.Popen(
         command,
@@ -111,13 +130,12 @@ def kill_train_when_resumable(
         start_new_session=True,
     )
     deadline = time.time() + timeout
-    finished, resumable = [], set()
+    finished, checkpointed = [], set()
     try:
-        while time.time() < deadline and not (finished and resumable):
+        while time.time() < deadline and not (finished and checkpointed):
             finished = [p.parent for p in (root / "models").glob("*/result.json")]
             done = {folder.name for folder in finished}
-            variants = sweep_state(root).get("variants", {})
-            resumable = {k for k, v in variants.items() if v.get("checkpoint") and k not in done}
+            checkpointed = {k for k, uri in resumable(root).items() if uri and k not in done}
             time.sleep(0.05)
         if interrupt is not None:
             process.send_signal(signal.SIGINT)
@@ -129,4 +147,4 @@ def kill_train_when_resumable(
         except ProcessLookupError:  # all of it ended by itself
             pass
         process.wait()
-    return finished, resumable
+    return finished, checkpointed

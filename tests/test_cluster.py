@@ -18,8 +18,8 @@ from pipeline.cluster import (
     runtime_env,
     storage_uri,
 )
-from pipeline.config import RayConfig
 from pipeline.data.tokenized import TokenizedData
+from pipeline.infra import RayConfig, load_infra
 from tests.study import make_project, stage, train_args
 
 
@@ -37,17 +37,19 @@ def test_storage_local_paths_become_absolute(tmp_path):
     assert storage_uri("/mnt/nfs/tune", tmp_path) == "/mnt/nfs/tune"
 
 
-def test_ray_client_address_is_refused_with_the_way_out(monkeypatch):
+def test_ray_client_address_is_refused_with_the_way_out(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     with pytest.raises(ClusterError, match="ray job submit") as err:
         ray_address(RayConfig(address="ray://head:10001"))
-    assert "train.ray.address" in str(err.value) and "\n" not in str(err.value)
-    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    assert "ray.address" in str(err.value) and "\n" not in str(err.value)
+    params = tmp_path / "params.yaml"
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")  # the environment, through infra
     with pytest.raises(ClusterError):
-        ray_address(RayConfig())
+        ray_address(load_infra(params).ray)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert ray_address(RayConfig()) == "10.0.0.1:6379"
-    assert ray_address(RayConfig(address="auto")) == "auto"  # params win over the env
+    assert ray_address(load_infra(params).ray) == "10.0.0.1:6379"
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert ray_address(load_infra(params).ray) is None  # a private local Ray
 
 
 def test_task_resources_carry_custom_resources():
@@ -113,13 +115,13 @@ def test_gpus_requested_without_cuda_is_a_one_line_error(tmp_path, precision):
     params = make_project(
         tmp_path,
         precision=precision,
-        ray={"gpus_per_trial": 1, "storage_path": str(tmp_path / "ray_results")},
+        ray={"gpus_per_trial": 1},
     )
     result = stage("stages.train", params, tmp_path, *train_args(tmp_path), timeout=180)
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, result.stderr[-2000:]
-    assert "train.ray.gpus_per_trial" in errors[0] and "Traceback" not in result.stderr
+    assert "ray.gpus_per_trial" in errors[0] and "Traceback" not in result.stderr
     assert not (tmp_path / "models" / "sweep.json").exists()
 
 

@@ -3,6 +3,8 @@ from pydantic import ValidationError
 
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.grid import expand_grid, select
+from pipeline.infra import load_infra
+from pipeline.tracking import resolve_uri
 from tests.helpers import REPO_ROOT, write_params
 
 
@@ -90,7 +92,51 @@ def test_grid_extra_axis_in_variant_id_and_select(tmp_path):
         select(variants, ["x"])
 
 
-def test_gpu_cluster_preset_is_a_valid_params_file():
+def test_gpu_cluster_preset_is_a_valid_params_and_infra_pair():
     config = load_config(REPO_ROOT / "presets" / "gpu-cluster.yaml")
-    assert config.train.ray.gpus_per_trial > 0
     assert len(expand_grid(config)) == 6 * 2 * 3 * 3
+    infra = load_infra(REPO_ROOT / "params.yaml", REPO_ROOT / "presets" / "gpu-cluster-infra.yaml")
+    assert infra.ray.gpus_per_trial > 0 and infra.ray.storage_path.startswith("s3://")
+
+
+def test_infra_settings_in_a_params_file_are_refused_with_where_they_go(tmp_path):
+    params = write_params(
+        tmp_path / "params.yaml", {"train": {"ray": {"address": "auto"}}, "tracking": {}}
+    )
+    with pytest.raises(ConfigError, match="tracking, train.ray: .* move them to infra.yaml"):
+        load_config(params)
+
+
+def test_an_empty_params_file_is_refused(tmp_path):
+    empty = tmp_path / "params.yaml"
+    empty.write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match="empty params file"):
+        load_config(empty)
+
+
+def test_infra_file_env_overrides_and_project_root(tmp_path, monkeypatch):
+    for key in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "DVC_ROOT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("STUDY_INFRA", raising=False)
+    params = write_params(tmp_path / "params.yaml", {"report": {"title": "x"}})
+    defaults = load_infra(params)
+    assert defaults.source == "defaults" and defaults.root == tmp_path.resolve()
+    assert defaults.cache_dir == tmp_path.resolve() / ".study_cache"
+    write_params(
+        tmp_path / "infra.yaml",
+        {"ray": {"address": "head:6379"}, "tracking": {"uri": "http://mlflow:5000"}},
+    )
+    infra = load_infra(params)
+    assert (infra.ray.address, infra.tracking.uri) == ("head:6379", "http://mlflow:5000")
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///other.db")
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path / "repo"))  # inside `dvc exp run --temp`
+    infra = load_infra(params)
+    assert (infra.ray.address, infra.tracking.uri) == ("auto", "sqlite:///other.db")
+    assert infra.root == (tmp_path / "repo").resolve()
+    assert resolve_uri(infra) == f"sqlite:///{(tmp_path / 'repo' / 'other.db').resolve()}"
+    write_params(tmp_path / "infra.yaml", {"ray": {"adress": "x"}})
+    with pytest.raises(ConfigError, match=r"infra.yaml: ray.adress: unknown key"):
+        load_infra(params)
+    with pytest.raises(ConfigError, match="nowhere.yaml: infra file not found"):
+        load_infra(params, tmp_path / "nowhere.yaml")

@@ -118,3 +118,30 @@ def test_dvc_repro_fetch_tokenize_then_nothing_to_do(tmp_path):
     assert second.returncode == 0
     assert "Running stage" not in second.stdout
     assert "up to date" in second.stdout
+
+
+def test_an_empty_params_file_is_refused_in_one_line(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text("\n")
+    out = tmp_path / "raw"
+    result = run_stage("stages.fetch", "--params", str(params), "--out", str(out), cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "empty params file" in errors[0], result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_an_unusable_tracking_uri_is_one_line_before_any_training(tmp_path):
+    from tests.study import make_project, stage, train_args
+
+    params = make_project(tmp_path, max_epochs=1)
+    infra = yaml.safe_load((tmp_path / "infra.yaml").read_text())
+    infra["tracking"]["uri"] = "nosuchscheme://x"
+    (tmp_path / "infra.yaml").write_text(yaml.safe_dump(infra))
+    result = stage("stages.train", params, tmp_path, *train_args(tmp_path), timeout=180)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert "tracking.uri 'nosuchscheme://x'" in errors[0] and "infra.yaml" in errors[0]
+    assert not (tmp_path / "models").exists()

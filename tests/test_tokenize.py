@@ -71,3 +71,14 @@ def test_tokenize_bad_input(tmp_path, raw_dir):
     (tmp_path / "bad.npz").write_bytes(b"not an npz")
     with pytest.raises(TokenizedDataError, match="bad.npz: not a tokenized split"):
         TokenizedSplit.load(tmp_path / "bad.npz")
+
+
+def test_a_vocab_size_the_corpus_cannot_reach_is_said_with_the_size_used(raw_dir, tmp_path, caplog):
+    stats = tokenize(TokenizeConfig(vocab_size=10_000_000), raw_dir, tmp_path / "tok")
+    used = stats["vocab_size"]
+    assert max(used.values()) < 10_000_000
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(
+        "tokenize.vocab_size: 10000000 requested" in w and str(used["source"]) in w
+        for w in warnings
+    ), warnings

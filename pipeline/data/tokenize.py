@@ -123,6 +123,17 @@ def _check_round_trip(pairs, split: TokenizedSplit, src_tok, tgt_tok, name: str)
     return failures
 
 
+def _warn_if_capped(requested: int, source: int, target: int) -> None:
+    """sentencepiece (``hard_vocab_limit=False``) stops where the training text runs out
+    of merges; say so rather than silently training with another vocabulary size."""
+    if min(source, target) < requested:
+        logger.warning(
+            "tokenize.vocab_size: %d requested, but the training text supports only %d "
+            "source / %d target pieces; using those (set vocab_size at most %d to silence this)",
+            requested, source, target, min(source, target),
+        )  # fmt: skip
+
+
 def tokenize(config: TokenizeConfig, raw_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
     """Run the whole tokenize stage; returns ``stats.json``'s content."""
     raw_dir = Path(raw_dir)
@@ -136,6 +147,7 @@ def tokenize(config: TokenizeConfig, raw_dir: str | Path, out_dir: str | Path) -
             for index, side in enumerate(("src", "tgt")):
                 train_subword_model([p[index] for p in train], tmp / f"{side}.model", config)
         src_tok, tgt_tok = SubwordTokenizer(tmp / "src.model"), SubwordTokenizer(tmp / "tgt.model")
+        _warn_if_capped(config.vocab_size, src_tok.vocab_size, tgt_tok.vocab_size)
         stats: dict[str, Any] = {
             "params": config.model_dump(),
             "vocab_size": {"source": src_tok.vocab_size, "target": tgt_tok.vocab_size},

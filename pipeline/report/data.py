@@ -82,7 +82,6 @@ def _base_row(variant_id: str, info: dict[str, Any]) -> dict[str, Any]:
         "best_epoch": info.get("best_epoch", np.nan),
         "train_minutes": info.get("wall_time_s", np.nan) / 60,
         "tokens_per_s": info.get("tokens_per_s", np.nan),
-        "run_id": info.get("run_id") or "",
     }
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from pipeline.artifacts import EvalFiles
 from pipeline.config import Config
+from pipeline.infra import Infra
 from pipeline.io import atomic_dir
 from pipeline.provenance import git_commit, machine
 from pipeline.report.data import StudyData, load_study
@@ -116,7 +117,7 @@ def _table_rows(table: pd.DataFrame) -> list[list[str]]:
     return [[_format_cell(row[c]) for c in TABLE_COLUMNS] for _, row in table.iterrows()]
 
 
-def provenance(config: Config, root: Path, data: StudyData) -> dict[str, Any]:
+def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> dict[str, Any]:
     return {
         "git commit": git_commit(root),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -126,14 +127,22 @@ def provenance(config: Config, root: Path, data: StudyData) -> dict[str, Any]:
         "decoding": f"beam {config.evaluate.beam_size}, length penalty "
         f"{config.evaluate.length_penalty}",
         "machine": machine(),
-        "MLflow parent run": data.sweep.get("parent_run_id", ""),
+        "MLflow": f"experiment {experiment!r}: evaluation and test runs tagged "
+        f"eval_key={data.evaluation.get('eval_key', 'unknown')}",
     }
 
 
 def build_report(
-    config: Config, root: Path, models_dir: Path, eval_dir: Path, raw_dir: Path, out_dir: Path
+    config: Config,
+    infra: Infra,
+    root: Path,
+    models_dir: Path,
+    eval_dir: Path,
+    raw_dir: Path,
+    out_dir: Path,
 ) -> dict[str, Any]:
-    """Write the whole report folder atomically; returns a small summary."""
+    """Write the whole report folder atomically, then add it to the evaluation's MLflow
+    run; returns a small summary."""
     from pipeline.report.pages import render_html, render_markdown
 
     data = load_study(models_dir, eval_dir, raw_dir)
@@ -160,15 +169,30 @@ def build_report(
             "headers": list(TABLE_COLUMNS.values()),
             "rows": _table_rows(table),
             "failed": table[table.status == "failed"][["variant", "error"]].values.tolist(),
-            "provenance": provenance(config, root, data),
+            "provenance": provenance(config, root, data, infra.tracking.experiment),
             "significance": data.significance,
             "params": config.model_dump(),
             "by_length": data.by_length,
         }
         (tmp / "index.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "README.md").write_text(render_markdown(context), encoding="utf-8")
+    log_report(infra, data.evaluation.get("eval_key"), out_dir)
     return {
         "variants": len(data.table),
         "evaluated": len(data.evaluated),
         "findings": [f.verdict for f in findings],
     }
+
+
+def log_report(infra: Infra, key: str | None, report_dir: Path) -> None:
+    """Attach the report to the evaluation run it was built from (found by its
+    ``eval_key``); a missing run is a warning, never a failed report."""
+    from pipeline.tracking import Tracker
+
+    tracker = Tracker(infra)
+    run = tracker.find_run({"kind": "evaluation", "eval_key": key}) if key else None
+    if run is None:
+        logger.warning("no MLflow evaluation run with eval_key=%s; report not logged", key)
+        return
+    tracker.log_artifacts(run.info.run_id, [report_dir], subdir="report")
+    logger.info("report logged to MLflow run %s", run.info.run_id)

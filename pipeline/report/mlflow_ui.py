@@ -1,0 +1,253 @@
+"""The study in the MLflow UI: serve a store locally, and screenshot its compare view.
+
+``python -m pipeline.report.mlflow_ui --out docs/mlflow-compare.png`` starts
+``mlflow server`` on 127.0.0.1 over the project's store (infra.yaml's ``tracking.uri``),
+opens the compare view of the newest evaluation's best ``test`` run per scorer in
+headless Chromium (test BLEU, best dev BLEU, best epoch, still improving, ...) and saves
+a screenshot. The server is stopped when it is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+COMPARE_METRICS = ("test_bleu", "best_dev_bleu", "best_epoch", "epochs", "still_improving")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def mlflow_server(backend_uri: str, timeout: float = 120) -> Iterator[str]:
+    """Run ``mlflow server`` on 127.0.0.1 (a free port) over ``backend_uri``; yields its
+    URL and stops the server (its own process group) on exit."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {process.stderr.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise TimeoutError(f"mlflow server on {url} not up after {timeout:.0f} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def rest(url: str, endpoint: str, body: dict | None = None) -> dict:
+    """Call the MLflow REST API (``/api/2.0/mlflow/...``): POST ``body``, else GET."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        f"{url}/api/2.0/mlflow/{endpoint}",
+        data=data,
+        headers={"Content-Type": "application/json"},
+        method="POST" if data is not None else "GET",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def search_runs(url: str, experiment_id: str, filter_string: str) -> list[dict]:
+    found = rest(
+        url,
+        "runs/search",
+        {"experiment_ids": [experiment_id], "filter": filter_string, "max_results": 1000},
+    )
+    return found.get("runs", [])
+
+
+def newest_evaluation(url: str, experiment: str) -> tuple[str, dict, list[dict]]:
+    """``(experiment id, evaluation run, its test runs)`` of the newest evaluation."""
+    experiment_id = rest(
+        url, "experiments/get-by-name?" + urllib.parse.urlencode({"experiment_name": experiment})
+    )["experiment"]["experiment_id"]
+    evaluations = search_runs(url, experiment_id, "tags.kind = 'evaluation'")
+    if not evaluations:
+        raise LookupError(f"experiment {experiment!r} has no evaluation run yet")
+    parent = max(evaluations, key=lambda r: int(r["info"]["start_time"]))
+    parent_id = parent["info"]["run_id"]
+    children = search_runs(url, experiment_id, f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    return experiment_id, parent, children
+
+
+def runs_url(url: str, experiment_id: str) -> str:
+    """The experiment's runs table. MLflow 3.17's UI opens in its GenAI mode (traces)
+    whatever the experiment's ``mlflow.experimentKind`` tag; ``workflowType`` selects
+    the "Model training" mode, which the browser then remembers."""
+    return f"{url}/#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
+def compare_url(url: str, experiment_id: str, run_ids: list[str]) -> str:
+    query = urllib.parse.urlencode(
+        {"runs": json.dumps(run_ids), "experiments": json.dumps([experiment_id])}
+    )
+    return f"{url}/#/compare-runs?{query}&workflowType=machine_learning"
+
+
+def screenshot(page_url: str, out: Path, wait_for: str, width: int = 1500) -> str:
+    """Open ``page_url`` in headless Chromium, wait until ``wait_for`` text shows, save a
+    full-page screenshot; returns the page's visible text."""
+    from playwright.sync_api import sync_playwright
+
+    from pipeline.report.browser import CHROMIUM_ARGS, find_chromium
+
+    executable = find_chromium()
+    if executable is None:
+        raise FileNotFoundError("no Chromium found (apt-get install chromium; make browser)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 1000})
+            page.goto(page_url, wait_until="load", timeout=120_000)
+            page.get_by_text(wait_for).first.wait_for(timeout=60_000)
+            page.wait_for_timeout(1500)  # let the charts finish drawing
+            out.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out), full_page=True)
+            return page.inner_text("body")
+        finally:
+            browser.close()
+
+
+def compare_screenshot(page_url: str, out: Path, width: int = 1500) -> str:
+    """The compare view's run names and its whole metrics table in one image.
+
+    MLflow draws the metrics table as a virtualised grid about seven rows high, so the
+    grid is scrolled and captured in steps and the captures are stacked under the run
+    details (Pillow). Visualisations, parameters, artifacts and tags are collapsed, the
+    assistant panel and the side bar closed. Returns the page's text.
+    """
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    from pipeline.report.browser import CHROMIUM_ARGS, find_chromium
+
+    executable = find_chromium()
+    if executable is None:
+        raise FileNotFoundError("no Chromium found (apt-get install chromium; make browser)")
+    parts: list[Path] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 1400})
+            page.goto(page_url, wait_until="load", timeout=120_000)
+            page.get_by_text("test_bleu").first.wait_for(timeout=60_000)
+            for button in ("Close", "Toggle sidebar"):
+                page.get_by_role("button", name=button).first.click()
+            for section in ("Visualizations", "Parameters", "Artifacts", "Tags"):
+                page.get_by_text(section, exact=True).last.click()
+            page.wait_for_timeout(800)
+            details = page.locator(".du-bois-light-collapse-item").filter(has_text="Run Name:")
+            parts.append(out.with_suffix(".details.png"))
+            details.first.locator(".du-bois-light-collapse-content").screenshot(path=str(parts[-1]))
+            grid = page.locator(".ReactVirtualized__Grid").filter(has_text="best_dev_bleu").first
+            total, view = grid.evaluate("g => [g.scrollHeight, g.clientHeight]")
+            top = 0
+            while True:
+                grid.evaluate(f"g => {{ g.scrollTop = {top}; }}")
+                page.wait_for_timeout(300)
+                parts.append(out.with_suffix(f".metrics{top}.png"))
+                grid.screenshot(path=str(parts[-1]))
+                if top + view >= total:
+                    break
+                top = min(top + view, total - view)
+            text = page.inner_text("body")
+        finally:
+            browser.close()
+    images = [Image.open(p) for p in parts]
+    # the last capture overlaps the one before it: keep only its new rows
+    if len(images) > 2:
+        overlap = (len(images) - 2) * view - (total - view)
+        if overlap > 0:
+            last = images[-1]
+            images[-1] = last.crop((0, overlap, last.width, last.height))
+    sheet = Image.new("RGB", (max(i.width for i in images), sum(i.height for i in images)), "white")
+    y = 0
+    for image in images:
+        sheet.paste(image, (0, y))
+        y += image.height
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sheet.save(out)
+    for path in parts:
+        path.unlink(missing_ok=True)
+    return text
+
+
+def best_per_scorer(children: list[dict]) -> list[dict]:
+    """The test run with the highest test BLEU of each scorer, best first."""
+
+    def value(run: dict, key: str, kind: str = "metrics"):
+        return next((m["value"] for m in run["data"][kind] if m["key"] == key), None)
+
+    best: dict[str, dict] = {}
+    for run in children:
+        scorer = value(run, "model.scorer", "params")
+        if scorer not in best or value(run, "test_bleu") > value(best[scorer], "test_bleu"):
+            best[scorer] = run
+    return sorted(best.values(), key=lambda r: -value(r, "test_bleu"))
+
+
+def main() -> None:
+    from pipeline.infra import load_infra
+    from pipeline.tracking import resolve_uri
+
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--params", default="params.yaml")
+    cli.add_argument("--infra", default=None)
+    cli.add_argument("--out", type=Path, default=Path("docs/mlflow-compare.png"))
+    args = cli.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    infra = load_infra(args.params, args.infra)
+    with mlflow_server(resolve_uri(infra)) as url:
+        experiment_id, parent, children = newest_evaluation(url, infra.tracking.experiment)
+        ids = [r["info"]["run_id"] for r in best_per_scorer(children)]
+        text = compare_screenshot(compare_url(url, experiment_id, ids), args.out)
+    logger.info(
+        "%s: compare view of %d test runs of %s (%d characters of text)",
+        args.out, len(ids), parent["info"]["run_name"], len(text),
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
