@@ -58,6 +58,12 @@ from pipeline.tracking import Tracker, training_summary
 logger = logging.getLogger(__name__)
 
 
+TEST_RUN_SUMMARY = ("best_dev_bleu", "best_epoch", "epochs", "still_improving")
+"""The training summary repeated on each ``test`` run, beside its test scores: enough to
+say which variant is best and whether it had converged (the rest is on its training
+run, ``training_run_id``). In name order they head MLflow's compare table."""
+
+
 class EvaluationError(ValueError):
     """Missing or unusable inputs of the evaluate stage."""
 
@@ -337,7 +343,8 @@ def _log_to_mlflow(
         values = {"test_bleu": result["bleu"], "test_bleu_low": result["bleu_low"]}
         values.update(test_bleu_high=result["bleu_high"], test_chrf=result["chrf"])
         values.update({_metric_name(b["bucket"]): b["bleu"] for b in result["by_length"]})
-        tracker.log_metrics(run_id, {**values, **train_metrics})
+        summary = {k: v for k, v in train_metrics.items() if k in TEST_RUN_SUMMARY}
+        tracker.log_metrics(run_id, {**values, **summary})
         tracker.log_dataset(run_id, "test", raw_dir / "test.tsv", test_digest, "evaluation")
         files = EvalFiles(out_dir / variant_id)
         tracker.log_artifacts(run_id, [files.metrics, files.by_length, files.hypotheses])

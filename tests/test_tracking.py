@@ -1,0 +1,85 @@
+"""The MLflow tracker on a real SQLite store: runs found by tags, recreated when gone."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipeline.infra import Infra, InfraFile, TrackingConfig, resolve
+from pipeline.tracking import Tracker, TrackingError, resolve_uri, still_improving
+
+
+def infra_at(root, **tracking) -> Infra:
+    settings = InfraFile(tracking=TrackingConfig(experiment="unit", **tracking))
+    return resolve(settings, root, "test infra")
+
+
+@pytest.fixture
+def tracker(tmp_path, monkeypatch):
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "DVC_EXP_NAME"):
+        monkeypatch.delenv(key, raising=False)
+    return Tracker(infra_at(tmp_path))
+
+
+def test_experiment_is_a_model_training_one_with_artifacts_beside_the_store(tracker, tmp_path):
+    experiment = tracker.client.get_experiment(tracker.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert experiment.artifact_location == (tmp_path / "mlartifacts").resolve().as_uri()
+    assert resolve_uri(infra_at(tmp_path)) == f"sqlite:///{(tmp_path / 'mlflow.db').resolve()}"
+
+
+def test_runs_are_found_by_tags_reopened_and_recreated_when_deleted(tracker, monkeypatch):
+    key = {"kind": "train", "config_hash": "abc"}
+    monkeypatch.setenv("DVC_EXP_NAME", "beam1")
+    first = tracker.find_or_start("v", key, reuse=("RUNNING", "FAILED"), params={"a": 1})
+    run = tracker.client.get_run(first)
+    assert run.data.tags["dvc.exp_name"] == "beam1" and run.data.params == {"a": "1"}
+    assert "mlflow.user" in run.data.tags and "mlflow.source.name" in run.data.tags
+    tracker.finish(first, "FAILED")
+    assert tracker.find_or_start("v", key, reuse=("RUNNING", "FAILED")) == first  # resumed
+    tracker.finish(first)
+    second = tracker.find_or_start("v", key, reuse=("RUNNING", "FAILED"))
+    assert second != first  # a finished run is not appended to
+    tracker.client.delete_run(second)
+    tracker.client.delete_run(first)
+    third = tracker.find_or_start("v", key)
+    assert third not in (first, second)  # gone from the store: recreated, no crash
+    assert tracker.find_run(key).info.run_id == third
+
+
+def test_a_checkpoint_is_logged_as_a_model_of_its_run(tracker, tmp_path):
+    run_id = tracker.start_run("lr0.01/x")
+    files = [tmp_path / "checkpoint.pt", tmp_path / "config.json"]
+    for path in files:
+        path.write_bytes(b"x" * 10)
+    model_id = tracker.log_model(run_id, "lr0.01/x", files, step=2, params={"p": 1}, tags={})
+    model = tracker.client.get_logged_model(model_id)
+    assert model.name == "lr0_01_x" and model.source_run_id == run_id
+    outputs = tracker.client.get_run(run_id).outputs.model_outputs
+    assert [(o.model_id, o.step) for o in outputs] == [(model_id, 2)]
+
+
+def test_an_unusable_tracking_uri_is_one_line_naming_the_setting(tmp_path):
+    with pytest.raises(TrackingError) as err:
+        Tracker(infra_at(tmp_path, uri="nosuchscheme://x"))
+    message = str(err.value)
+    assert message.startswith("tracking.uri 'nosuchscheme://x' (test infra")
+    assert "\n" not in message and "unsupported URI" in message
+
+
+@pytest.mark.parametrize(
+    ("summary", "expected"),
+    [
+        ({"stop_reason": "max_epochs", "best_epoch": 3, "epochs_run": 3}, True),
+        ({"stop_reason": "max_epochs", "best_epoch": 2, "epochs_run": 3}, False),
+        ({"stop_reason": "early_stopping", "best_epoch": 3, "epochs_run": 6}, False),
+        ({"stop_reason": "time_budget", "best_epoch": 4, "epochs_run": 4}, True),
+    ],
+)
+def test_still_improving_means_stopped_by_a_budget_at_its_best_epoch(summary, expected):
+    assert still_improving(summary) is expected
+
+
+def test_client_sees_what_the_tracker_wrote(tracker, tmp_path):
+    run_id = tracker.start_run("x")
+    tracker.log_metrics(run_id, {"a": 1.5, "bad": float("nan"), "flag": True}, step=3)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert client.get_run(run_id).data.metrics == {"a": 1.5}
