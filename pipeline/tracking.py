@@ -34,6 +34,7 @@ import math
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -245,7 +246,10 @@ class Tracker:
 
     def log_dataset(self, run_id: str, name: str, path: Path, digest: str, context: str) -> None:
         """Record a dataset input (MLflow's Datasets column): where it is and its hash."""
-        dataset = MetaDataset(resolve_dataset_source(str(path)), name=name, digest=digest[:36])
+        with warnings.catch_warnings():  # a local path matches two equivalent source kinds
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(str(path))
+        dataset = MetaDataset(source, name=name, digest=digest[:36])
         entity = DatasetInput(
             dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)]
         )
