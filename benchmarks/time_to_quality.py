@@ -1,0 +1,230 @@
+"""Time to quality: dev BLEU against wall-clock minutes, ours beside a peer toolkit.
+
+Trains, for ``--minutes`` each at one thread, the study's additive h256 model and its
+no-attention baseline with the trainer of this repo (``pipeline.training.train_variant``
+on ``data/tok``, the default corpus), and JoeyNMT 2.3 on the same train/dev split
+(``benchmarks/peer/joeynmt.py``, its own venv: ``bash benchmarks/peer/joeynmt_setup.sh``).
+Runs go two at a time (this machine has two cores), so each pair is measured side by
+side. Each run records its curve: the trainer's own greedy dev BLEU on the first 300 dev
+sentences (detokenized, sacreBLEU) at every evaluation, against minutes since training
+started (evaluation time included, for both toolkits).
+
+    python -m benchmarks.time_to_quality --minutes 12           # about 25 minutes here
+    python -m benchmarks.time_to_quality --minutes 2 --no-peer  # a quick look
+
+``--set name:key=value,...`` adds a variant of our trainer with params overridden (e.g.
+``--set bt3000:batch_tokens=3000,learning_rate=0.003``), to measure a change side by
+side with the defaults. Results: ``benchmarks/results/time_to_quality.{json,md}``; the
+summary gives each curve, the minutes to reach each target (the dev BLEU today's
+defaults reach at the end of their 3rd epoch, read from the committed study's
+``models/<id>/history.csv``) and to dev BLEU 8, and the ratios. Not part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.trials import ROOT, cpu_model, other_load
+
+logger = logging.getLogger("benchmarks.time_to_quality")
+RESULTS = ROOT / "benchmarks" / "results"
+MODELS = {"additive": "additive-fwd-h256-s1", "none": "none-fwd-h256-s1"}
+"""Our runs, and the committed study variant whose 3rd-epoch dev BLEU is its target."""
+PEER_BLEU = 8.0
+"""The dev BLEU at which ours and the peer are compared (the issue's measurement)."""
+
+
+# ------------------------------------------------------------------------ worker
+def worker(spec: dict[str, Any]) -> None:
+    """One run of our trainer at one thread; prints one JSON line per dev evaluation."""
+    import torch
+
+    from pipeline.config import load_config
+    from pipeline.grid import Variant
+    from pipeline.models.precision import resolve
+    from pipeline.training import train_variant
+
+    torch.set_num_threads(1)
+    config = load_config(ROOT / "params.yaml")
+    model = config.model.model_copy(update={"scorer": spec["scorer"], "hidden_size": 256})
+    train = {
+        "max_epochs": 1000,
+        "patience": 1000,
+        "time_budget_minutes": spec["minutes"],
+        "precision": resolve(config.train.precision, "cpu"),
+        **spec.get("overrides", {}),
+    }
+    train_config = type(config.train).model_validate({**config.train.model_dump(), **train})
+    variant = Variant(spec["name"], model, train_config, {"scorer": spec["scorer"]})
+
+    def report(row: dict[str, Any]) -> None:
+        print(json.dumps({"row": row}), flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="ttq-") as folder:
+        result = train_variant(variant, ROOT / "data" / "tok", Path(folder), callback=report)
+    print(json.dumps({"tokens_per_s": result.tokens_per_s, "steps": result.steps}), flush=True)
+
+
+# ------------------------------------------------------------------------ driver
+def _ours(name: str, scorer: str, minutes: float, overrides: dict[str, Any]) -> dict[str, Any]:
+    spec = {"name": name, "scorer": scorer, "minutes": minutes, "overrides": overrides}
+    command = [sys.executable, "-m", "benchmarks.time_to_quality", "--worker", json.dumps(spec)]
+    return {"name": name, "kind": "ours", "command": command}
+
+
+def _peer(minutes: float, out: Path) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.peer.joeynmt", "--minutes", str(minutes),
+               "--out", str(out)]  # fmt: skip
+    return {"name": "joeynmt", "kind": "peer", "command": command, "out": out}
+
+
+def _run_pair(runs: list[dict[str, Any]]) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    for run in runs:
+        logger.info("start %s", run["name"])
+        run["process"] = subprocess.Popen(
+            run["command"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+    for run in runs:
+        stdout, stderr = run.pop("process").communicate()
+        if run["kind"] == "ours":
+            lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
+            rows = [x["row"] for x in lines if "row" in x]
+            run["curve"] = [
+                {"minutes": r["wall_time"] / 60, "epoch": r["epoch"], "step": r["step"],
+                 "dev_bleu": r["dev_bleu"], "tokens_per_s": r["tokens_per_s"]}
+                for r in rows
+            ]  # fmt: skip
+            run.update(next((x for x in lines if "steps" in x), {}))
+        else:
+            with open(run["out"] / "curve.csv") as handle:
+                run["curve"] = [
+                    {k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)
+                ]
+            run["out"] = str(run["out"])
+        if not run["curve"]:
+            raise RuntimeError(f"{run['name']}: no dev evaluation ({stderr.strip()[-800:]})")
+        logger.info("%s: %d points", run["name"], len(run["curve"]))
+
+
+def time_to(curve: list[dict[str, Any]], target: float) -> float | None:
+    """Minutes at the first evaluation whose dev BLEU reaches ``target`` (None: never)."""
+    return next((p["minutes"] for p in curve if p["dev_bleu"] >= target), None)
+
+
+def third_epoch_bleu(variant_id: str) -> float | None:
+    """Dev BLEU at the end of epoch 3 of the committed study's variant (the target)."""
+    path = ROOT / "models" / variant_id / "history.csv"
+    if not path.is_file():
+        return None
+    with open(path) as handle:
+        rows = {int(r["epoch"]): float(r["dev_bleu"]) for r in csv.DictReader(handle)}
+    return rows.get(3)
+
+
+def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
+    sets = {"defaults": {}}
+    for value in values:
+        name, _, assignments = value.partition(":")
+        overrides = {}
+        for item in filter(None, assignments.split(",")):
+            key, _, raw = item.partition("=")
+            overrides[key] = (
+                json.loads(raw) if raw[:1].isdigit() or raw in ("true", "false") else raw
+            )
+        sets[name] = overrides
+    return sets
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--minutes", type=float, default=12.0)
+    cli.add_argument("--no-peer", action="store_true", help="skip JoeyNMT")
+    cli.add_argument("--set", action="append", default=[], metavar="NAME:KEY=VALUE,...")
+    cli.add_argument("--scorers", nargs="+", default=list(MODELS), choices=list(MODELS))
+    cli.add_argument("--worker", help=argparse.SUPPRESS)
+    cli.add_argument("--out", type=Path, default=RESULTS / "time_to_quality")
+    args = cli.parse_args(argv)
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if not (ROOT / "data" / "tok" / "train.npz").is_file():
+        sys.exit("error: data/tok: no tokenized corpus (run `dvc repro tokenize`)")
+    runs = [
+        _ours(f"{scorer}-{name}", scorer, args.minutes, overrides)
+        for name, overrides in parse_sets(args.set).items()
+        for scorer in args.scorers
+    ]
+    scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
+    if not args.no_peer:
+        runs.insert(1, _peer(args.minutes, scratch / "joeynmt"))
+    idle = other_load(1.0)
+    started = time.time()
+    for start in range(0, len(runs), 2):
+        _run_pair(runs[start : start + 2])
+    targets = {s: third_epoch_bleu(v) for s, v in MODELS.items()}
+    for run in runs:
+        scorer = run["name"].split("-")[0]
+        target = targets.get(scorer) if run["kind"] == "ours" else targets["additive"]
+        run["target"] = target
+        run["minutes_to_target"] = time_to(run["curve"], target) if target else None
+        run["minutes_to_bleu8"] = time_to(run["curve"], PEER_BLEU)
+        run.pop("command", None)
+    results = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_model(),
+        "minutes_per_run": args.minutes,
+        "other_load_before": round(idle, 3),
+        "wall_minutes": round((time.time() - started) / 60, 1),
+        "targets": targets,
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(render(results))
+    print(render(results))
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "# Time to quality",
+        "",
+        f"{results['date']}, {results['cpu']}; each run {results['minutes_per_run']:g} min at one "
+        f"thread, two runs at a time; other load before: {results['other_load_before']:.0%}. "
+        "`python -m benchmarks.time_to_quality`.",
+        "",
+        "| run | target dev BLEU | min to target | min to dev BLEU 8 | tokens/s | best dev BLEU |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in results["runs"]:
+        tokens = run.get("tokens_per_s") or (run["curve"][-1].get("target_tokens_per_s"))
+        best = max(p["dev_bleu"] for p in run["curve"])
+        lines.append(
+            f"| {run['name']} | {_fmt(run['target'], 2)} | {_fmt(run['minutes_to_target'])} | "
+            f"{_fmt(run['minutes_to_bleu8'])} | {_fmt(tokens, 0)} | {best:.2f} |"
+        )
+    lines += ["", "Curves (minutes: dev BLEU):", ""]
+    for run in results["runs"]:
+        points = ", ".join(f"{p['minutes']:.1f}: {p['dev_bleu']:.1f}" for p in run["curve"])
+        lines.append(f"- **{run['name']}**: {points}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
