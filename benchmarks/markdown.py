@@ -73,6 +73,17 @@ def summary(results: dict[str, Any]) -> list[str]:
         for h in results["setup"]["hidden_sizes"]
     )
     two = threads["one_process_two_threads"]["tokens_per_s"]
+
+    def used(flops_per_s: float, count: int) -> str:
+        """Share of the ceiling of the dtype the products run in (bf16 first), and fp32's."""
+        fp32 = ceiling["one_thread" if count == 1 else "two_threads"]["flops_per_s"]
+        text = f"{percent(flops_per_s / fp32)} of the {count}-thread fp32 ceiling"
+        if precision == "bf16":
+            key = "bf16_one_thread" if count == 1 else "bf16_two_threads"
+            bf16 = flops_per_s / ceiling[key]["flops_per_s"]
+            text = f"{percent(bf16)} of the {count}-thread bf16 ceiling, " + text
+        return text
+
     rows = [
         ["fp32 matmul ceiling, 1 / 2 threads", f"{gflops(ceiling['one_thread']['flops_per_s'])}"
          f" / {gflops(ceiling['two_threads']['flops_per_s'])} GFLOP/s"],
@@ -80,12 +91,11 @@ def summary(results: dict[str, Any]) -> list[str]:
          f"{gflops(ceiling['bf16_one_thread']['flops_per_s'])} / "
          f"{gflops(ceiling['bf16_two_threads']['flops_per_s'])} GFLOP/s"],
         *([f"training, {name} h{hidden}, 1 thread, {precision}", f"{r['tokens_per_s']:.0f} "
-           f"tok/s, {gflops(r['flops_per_s'])} GFLOP/s ({percent(r['ceiling_fraction'])} of "
-           "the fp32 ceiling)"]
+           f"tok/s, {gflops(r['flops_per_s'])} GFLOP/s ({used(r['flops_per_s'], 1)})"]
           for name, r in (("additive luong", main), ("none", plain))),
         [f"2 concurrent 1-thread trials (additive + none luong h{hidden}), {precision}",
          f"{gflops(threads['mixed_pair_flops_per_s'])} GFLOP/s, "
-         f"{percent(threads['mixed_pair_ceiling_fraction'])} of the 2-thread fp32 ceiling"],
+         f"{used(threads['mixed_pair_flops_per_s'], 2)}"],
         [f"pipeline ({precision}) / per-step fp32 reference, additive h{hidden} "
          "(luong / bahdanau)", speedups],
         [f"pipeline (fp32) / per-step fp32 reference, additive h{hidden} (luong / bahdanau)",

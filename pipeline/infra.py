@@ -65,7 +65,7 @@ class TrackingConfig(_Section):
     """MLflow experiment name (``MLFLOW_EXPERIMENT_NAME`` overrides it)."""
     log_models: bool = True
     """Log each variant's best checkpoint as an MLflow logged model (the run's Models
-    column). 8-17 MB per variant of the default grid (about 320 MB for all 24)."""
+    column). 11-17 MB per variant of the default grid (about 320 MB for all 24)."""
 
 
 class InfraFile(_Section):
