@@ -10,10 +10,12 @@ sentences (detokenized, sacreBLEU) at every evaluation, against minutes since tr
 started (evaluation time included, for both toolkits).
 
     python -m benchmarks.time_to_quality --minutes 12           # about 25 minutes here
+    python -m benchmarks.time_to_quality --minutes 12 \
+        --set bt3000:batch_tokens=3000,learning_rate=0.0035     # + 2 runs, about 37 minutes
     python -m benchmarks.time_to_quality --minutes 2 --no-peer  # a quick look
 
 ``--set name:key=value,...`` adds a variant of our trainer with params overridden (e.g.
-``--set bt3000:batch_tokens=3000,learning_rate=0.003``), to measure a change side by
+``--set bt3000:batch_tokens=3000,learning_rate=0.0035``), to measure a change side by
 side with the defaults. Results: ``benchmarks/results/time_to_quality.{json,md}``; the
 summary gives each curve, the minutes to reach each target (the dev BLEU today's
 defaults reach at the end of their 3rd epoch, read from the committed study's
@@ -162,9 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if not (ROOT / "data" / "tok" / "train.npz").is_file():
         sys.exit("error: data/tok: no tokenized corpus (run `dvc repro tokenize`)")
+    sets = parse_sets(args.set)
     runs = [
-        _ours(f"{scorer}-{name}", scorer, args.minutes, overrides)
-        for name, overrides in parse_sets(args.set).items()
+        {**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides), "overrides": overrides}
+        for name, overrides in sets.items()
         for scorer in args.scorers
     ]
     scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
@@ -186,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "cpu": cpu_model(),
         "minutes_per_run": args.minutes,
+        "command": "python -m benchmarks.time_to_quality " + " ".join(argv or sys.argv[1:]),
+        "sets": sets,
         "other_load_before": round(idle, 3),
         "wall_minutes": round((time.time() - started) / 60, 1),
         "targets": targets,

@@ -53,7 +53,7 @@ from pipeline.decoding import DecodeSpec, attention_example_indices, decode_vari
 from pipeline.evaluation import Buckets, Scorer, paired_bootstrap, score_system
 from pipeline.infra import Infra
 from pipeline.io import atomic_dir, atomic_path, write_json, write_text
-from pipeline.tracking import Tracker, training_summary
+from pipeline.tracking import Tracker, experiment_key, training_summary
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +184,11 @@ def evaluate(
         pd.DataFrame(rows).to_csv(path, index=False)
     with atomic_path(metrics_dir / VARIANT_PLOTS_FILE) as path:
         table[table.status == "finished"][["variant", "bleu"]].to_csv(path, index=False)
-    _log_to_mlflow(tracker, config, sweep, metrics, out_dir, raw_dir, key)
+    try:  # the outputs are written: tracking trouble is a warning, not a failed stage
+        _log_to_mlflow(tracker, config, sweep, metrics, out_dir, raw_dir, key)
+    except Exception as err:
+        logger.warning("MLflow logging of the evaluation incomplete: %s: %s",
+                       type(err).__name__, err)  # fmt: skip
     return summary
 
 
@@ -321,10 +325,18 @@ def _log_to_mlflow(
     evaluate_params = {f"evaluate.{k}": v for k, v in config.evaluate.model_dump().items()}
     parent_id = tracker.find_or_start(
         f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",
-        {"kind": "evaluation", "eval_key": key},
+        experiment_key({"kind": "evaluation", "eval_key": key}),
         params={**evaluate_params, "variants": len(metrics)},
         tags={"data_hash": sweep.get("data_hash", "")},
     )
+    try:
+        _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, raw_dir, key, evaluate_params)
+    except Exception:
+        tracker.finish(parent_id, "FAILED")
+        raise
+
+
+def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, raw_dir, key, evaluate_params):
     test_digest = hashlib.sha256((raw_dir / "test.tsv").read_bytes()).hexdigest()
     best = {}
     for variant_id, result in tqdm(metrics.items(), desc="MLflow test runs", unit="run"):
@@ -335,7 +347,7 @@ def _log_to_mlflow(
             tags["training_run_id"] = trained.info.run_id
         run_id = tracker.find_or_start(
             variant_id,
-            {"kind": "test", "eval_key": key, "config_hash": info["config_hash"]},
+            experiment_key({"kind": "test", "eval_key": key, "config_hash": info["config_hash"]}),
             parent_id=parent_id,
             params={**_variant_params(info), **evaluate_params},
             tags={"variant": variant_id, "sacrebleu_signature": result["signature"], **tags},

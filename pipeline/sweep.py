@@ -294,8 +294,14 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
         outputs = OutputsCallback(todo, paths.models_dir, paths.cache)
         tracking = MlflowCallback(tracker, parent_id, todo, paths.models_dir, data, paths.tok_dir)
-        grid = _tune(todo, data, infra, paths, [outputs, tracking])
-        _raise_if_interrupted(grid, outputs)
+        try:
+            grid = _tune(todo, data, infra, paths, [outputs, tracking])
+            _raise_if_interrupted(grid, outputs)
+        except SweepInterruptedError:
+            raise  # its MLflow runs stay open: the rerun continues them
+        except Exception:
+            tracker.finish(parent_id, "FAILED")
+            raise
         outcomes.update(_collect(todo, grid, outputs))
         runs = tracking.runs
     summary = _write_summary(paths.models_dir, specs, outcomes, data_hash)

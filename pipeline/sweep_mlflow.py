@@ -8,6 +8,7 @@ recreated.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +35,20 @@ EPOCH_METRICS = (
 )
 RESOLVED_TAGS = ("precision", "device", "node_id")
 """Read from a trial's final report: what ``precision: auto`` became, where it ran."""
+
+
+def _guarded(method):
+    """Tracking must never stop a sweep: an MLflow error in a callback is a warning."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as err:
+            logger.warning("MLflow (%s): %s: %s", method.__name__, type(err).__name__, err)
+            return None
+
+    return wrapper
 
 
 class MlflowCallback(tune.Callback):
@@ -67,14 +82,17 @@ class MlflowCallback(tune.Callback):
             )
         return self.runs[variant_id]
 
+    @_guarded
     def on_trial_start(self, iteration, trials, trial, **info):
         self._run_for(trial)
 
+    @_guarded
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if "epoch" in result:  # an epoch row (the final report carries a summary)
             metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
             self.tracker.log_metrics(self._run_for(trial), metrics, step=int(result["epoch"]))
 
+    @_guarded
     def on_trial_complete(self, iteration, trials, trial, **info):
         run_id = self._run_for(trial)
         spec = self.specs[trial.config["variant"]]
@@ -109,6 +127,7 @@ class MlflowCallback(tune.Callback):
             tags={"config_hash": spec.config_hash, "variant": spec.variant.id},
         )
 
+    @_guarded
     def on_trial_error(self, iteration, trials, trial, **info):
         run_id = self._run_for(trial)
         error = trial.get_pickled_error() or trial.get_error()

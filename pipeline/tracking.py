@@ -113,6 +113,13 @@ def training_summary(summary: Mapping[str, Any]) -> tuple[dict[str, float], dict
     return metrics, tags
 
 
+def experiment_key(key: Mapping[str, str]) -> dict[str, str]:
+    """``key`` scoped to the DVC experiment this process runs in: each experiment gets
+    its own evaluation runs (``dvc exp show`` rows and runs match one to one); outside
+    one, the key asks for runs of no experiment (:meth:`Tracker.find_run`)."""
+    return {**key, **dvc_tags()} if dvc_tags() else {**key, DVC_TAGS["DVC_EXP_NAME"]: ""}
+
+
 def _quoted(value: str) -> str:
     return "'" + str(value).replace("'", "\\'") + "'"
 
@@ -151,8 +158,10 @@ class Tracker:
 
     # ------------------------------------------------------------------- runs
     def find_run(self, tags: Mapping[str, str], statuses: Iterable[str] = ()) -> Run | None:
-        """The newest live run carrying all ``tags`` (and one of ``statuses``, if given)."""
-        clauses = [f"tags.`{k}` = {_quoted(v)}" for k, v in tags.items()]
+        """The newest live run carrying all ``tags`` (and one of ``statuses``, if given);
+        a tag given as ``""`` must be absent."""
+        clauses = [f"tags.`{k}` = {_quoted(v)}" for k, v in tags.items() if v != ""]
+        absent = [k for k, v in tags.items() if v == ""]
         runs = self.client.search_runs(
             [self.experiment_id],
             filter_string=" AND ".join(clauses),
@@ -160,7 +169,15 @@ class Tracker:
             max_results=50,
         )
         wanted = set(statuses)
-        return next((r for r in runs if not wanted or r.info.status in wanted), None)
+        return next(
+            (
+                r
+                for r in runs
+                if (not wanted or r.info.status in wanted)
+                and not any(k in r.data.tags for k in absent)
+            ),
+            None,
+        )
 
     def start_run(
         self,
@@ -202,8 +219,9 @@ class Tracker:
                 retag[PARENT_TAG] = parent_id
             self.set_tags(run_id, retag)
             return run_id
+        present = {k: v for k, v in key.items() if v != ""}
         return self.start_run(
-            name, parent_id=parent_id, params=params, tags={**key, **(tags or {})}
+            name, parent_id=parent_id, params=params, tags={**present, **(tags or {})}
         )
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:

@@ -16,8 +16,8 @@ root, which inside ``dvc exp run --temp``/``--queue`` is the user's repo):
 - ``last_sweep.json``: what the last train run did (trained, cached, failed, attempts,
   MLflow runs): a log, not an input of any stage.
 
-Files are written atomically; two queued experiments finishing the same config at once
-both write a complete copy, and the later one wins.
+Files are written atomically; when two queued experiments finish the same config at
+once, the first complete copy stays and the other writer keeps it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,12 @@ class VariantCache:
         return self.files(config_hash).finished(config_hash)
 
     def store(self, source: Path, config_hash: str) -> None:
-        copy_folder(source, self.files(config_hash).folder)
+        try:
+            copy_folder(source, self.files(config_hash).folder)
+        except OSError:
+            if self.finished(config_hash) is None:
+                raise
+            # another writer (a queued experiment) stored the same config meanwhile
 
     def restore(self, config_hash: str, dest: Path) -> dict[str, Any] | None:
         """Copy the cached variant into ``dest``; its result, or ``None`` if not cached."""

@@ -4,7 +4,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.infra import Infra, InfraFile, TrackingConfig, resolve
-from pipeline.tracking import Tracker, TrackingError, resolve_uri, still_improving
+from pipeline.tracking import (
+    Tracker,
+    TrackingError,
+    experiment_key,
+    resolve_uri,
+    still_improving,
+)
 
 
 def infra_at(root, **tracking) -> Infra:
@@ -83,3 +89,21 @@ def test_client_sees_what_the_tracker_wrote(tracker, tmp_path):
     tracker.log_metrics(run_id, {"a": 1.5, "bad": float("nan"), "flag": True}, step=3)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert client.get_run(run_id).data.metrics == {"a": 1.5}
+
+
+def test_evaluation_runs_are_per_dvc_experiment(tracker, monkeypatch):
+    """Two experiments with the same inputs get their own runs; a plain `dvc repro`
+    (no experiment) reuses only runs of no experiment."""
+    key = {"kind": "evaluation", "eval_key": "k"}
+    plain = tracker.find_or_start("e", experiment_key(key))
+    assert "dvc.exp_name" not in tracker.client.get_run(plain).data.tags
+    monkeypatch.setenv("DVC_EXP_NAME", "beam1")
+    first = tracker.find_or_start("e", experiment_key(key))
+    monkeypatch.setenv("DVC_EXP_NAME", "beam3")
+    second = tracker.find_or_start("e", experiment_key(key))
+    assert len({plain, first, second}) == 3
+    assert tracker.client.get_run(first).data.tags["dvc.exp_name"] == "beam1"  # not re-tagged
+    monkeypatch.setenv("DVC_EXP_NAME", "beam1")
+    assert tracker.find_or_start("e", experiment_key(key)) == first
+    monkeypatch.delenv("DVC_EXP_NAME")
+    assert tracker.find_or_start("e", experiment_key(key)) == plain

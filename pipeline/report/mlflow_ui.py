@@ -21,7 +21,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -230,7 +230,9 @@ def main() -> None:
     args = cli.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     infra = load_infra(args.params, args.infra)
-    with mlflow_server(resolve_uri(infra)) as url:
+    uri = resolve_uri(infra)
+    server = nullcontext(uri) if uri.startswith(("http://", "https://")) else mlflow_server(uri)
+    with server as url:  # a tracking server is used as it is; a store gets a local one
         experiment_id, parent, children = newest_evaluation(url, infra.tracking.experiment)
         ids = [r["info"]["run_id"] for r in best_per_scorer(children)]
         text = compare_screenshot(compare_url(url, experiment_id, ids), args.out)

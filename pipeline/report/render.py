@@ -187,12 +187,16 @@ def build_report(
 def log_report(infra: Infra, key: str | None, report_dir: Path) -> None:
     """Attach the report to the evaluation run it was built from (found by its
     ``eval_key``); a missing run is a warning, never a failed report."""
-    from pipeline.tracking import Tracker
+    from pipeline.tracking import Tracker, experiment_key
 
-    tracker = Tracker(infra)
-    run = tracker.find_run({"kind": "evaluation", "eval_key": key}) if key else None
-    if run is None:
-        logger.warning("no MLflow evaluation run with eval_key=%s; report not logged", key)
+    try:
+        tracker = Tracker(infra)
+        run = tracker.find_run(experiment_key({"kind": "evaluation", "eval_key": key}))
+        if run is None:
+            logger.warning("no MLflow evaluation run with eval_key=%s; report not logged", key)
+            return
+        tracker.log_artifacts(run.info.run_id, [report_dir], subdir="report")
+    except Exception as err:  # the report is written; tracking trouble is a warning
+        logger.warning("report not logged to MLflow: %s: %s", type(err).__name__, err)
         return
-    tracker.log_artifacts(run.info.run_id, [report_dir], subdir="report")
     logger.info("report logged to MLflow run %s", run.info.run_id)
