@@ -121,7 +121,9 @@ def evaluate(
     if not trained:
         raise EvaluationError(f"{models_dir / SWEEP_FILE}: no trained variant to evaluate")
     tracker = Tracker(infra)  # a store that cannot be used fails before decoding
-    pairs = read_tsv_pairs(raw_dir / "test.tsv")
+    test_file = raw_dir / "test.tsv"
+    pairs = read_tsv_pairs(test_file)
+    test_sha = hashlib.sha256(test_file.read_bytes()).hexdigest()
     references = [t for _, t in pairs]
     source_words = np.array([len(s.split()) for s, _ in pairs])
     split_cfg = config.fetch.split
@@ -174,7 +176,7 @@ def evaluate(
             statistics[variant_id] = scorer.statistics(hypotheses, references)
         significance = _significance(scorer, trained, statistics, config)
         significance.to_csv(tmp / SIGNIFICANCE, index=False)
-        key = eval_key(config, trained, raw_dir / "test.tsv")
+        key = eval_key(config, trained, test_sha)
         summary = _summary(tmp, metrics, sweep, examples, key)
         table = study_table(sweep, summary)
         table.to_csv(tmp / STUDY_TABLE, index=False)
@@ -185,7 +187,7 @@ def evaluate(
     with atomic_path(metrics_dir / VARIANT_PLOTS_FILE) as path:
         table[table.status == "finished"][["variant", "bleu"]].to_csv(path, index=False)
     try:  # the outputs are written: tracking trouble is a warning, not a failed stage
-        _log_to_mlflow(tracker, config, sweep, metrics, out_dir, raw_dir, key)
+        _log_to_mlflow(tracker, config, sweep, metrics, out_dir, (test_file, test_sha), key)
     except Exception as err:
         logger.warning("MLflow logging of the evaluation incomplete: %s: %s",
                        type(err).__name__, err)  # fmt: skip
@@ -222,14 +224,14 @@ def _significance(scorer, trained, statistics, config) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def eval_key(config: Config, trained: dict[str, dict], test_file: Path) -> str:
+def eval_key(config: Config, trained: dict[str, dict], test_sha: str) -> str:
     """What an evaluation's numbers depend on: the evaluate params, the test set and the
     evaluated variants' config hashes (its MLflow runs' key; stable across reruns)."""
     payload = {
         "evaluate": config.evaluate.model_dump(),
         "buckets": [config.fetch.split.bucket_width, config.fetch.split.num_buckets],
         "max_decode_ratio": config.train.max_decode_ratio,
-        "test": hashlib.sha256(test_file.read_bytes()).hexdigest(),
+        "test": test_sha,
         "variants": {i: v["config_hash"] for i, v in sorted(trained.items())},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
@@ -315,7 +317,7 @@ def _log_to_mlflow(
     sweep: dict,
     metrics: dict,
     out_dir: Path,
-    raw_dir: Path,
+    test: tuple[Path, str],
     key: str,
 ) -> None:
     """The evaluation's MLflow runs: a parent (the study table, significance; the report
@@ -330,21 +332,21 @@ def _log_to_mlflow(
         tags={"data_hash": sweep.get("data_hash", "")},
     )
     try:
-        _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, raw_dir, key, evaluate_params)
+        _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params)
     except Exception:
         tracker.finish(parent_id, "FAILED")
         raise
 
 
-def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, raw_dir, key, evaluate_params):
-    test_digest = hashlib.sha256((raw_dir / "test.tsv").read_bytes()).hexdigest()
+def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params):
+    test_file, test_sha = test
+    training_runs = tracker.newest_by("config_hash", {"kind": "train"})
     best = {}
     for variant_id, result in tqdm(metrics.items(), desc="MLflow test runs", unit="run"):
         info = sweep["variants"][variant_id]
-        trained = tracker.find_run({"kind": "train", "config_hash": info["config_hash"]})
         train_metrics, tags = training_summary(info)
-        if trained is not None:
-            tags["training_run_id"] = trained.info.run_id
+        if info["config_hash"] in training_runs:
+            tags["training_run_id"] = training_runs[info["config_hash"]].info.run_id
         run_id = tracker.find_or_start(
             variant_id,
             experiment_key({"kind": "test", "eval_key": key, "config_hash": info["config_hash"]}),
@@ -357,7 +359,7 @@ def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, raw_dir, key, ev
         values.update({_metric_name(b["bucket"]): b["bleu"] for b in result["by_length"]})
         summary = {k: v for k, v in train_metrics.items() if k in TEST_RUN_SUMMARY}
         tracker.log_metrics(run_id, {**values, **summary})
-        tracker.log_dataset(run_id, "test", raw_dir / "test.tsv", test_digest, "evaluation")
+        tracker.log_dataset(run_id, "test", test_file, test_sha, "evaluation")
         files = EvalFiles(out_dir / variant_id)
         tracker.log_artifacts(run_id, [files.metrics, files.by_length, files.hypotheses])
         tracker.finish(run_id)

@@ -218,7 +218,6 @@ class OutputsCallback(tune.Callback):
             with tempfile.TemporaryDirectory(dir=self.cache.folder, prefix=".collect-") as tmp:
                 checkpoint.to_directory(tmp)
                 files = VariantFiles(Path(tmp))
-                files.last.unlink(missing_ok=True)
                 if files.finished(spec.config_hash) is None:
                     raise ClusterError(f"its checkpoint holds no {files.RESULT} of this config")
                 self.cache.store(Path(tmp), spec.config_hash)
@@ -261,7 +260,8 @@ def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, cal
 
 
 def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dict:
-    """Train every selected variant not already finished; write ``models/sweep.json``."""
+    """Train every selected variant not already finished; write ``models/sweep.json``.
+    Returns the run log (``last_sweep.json``: counts, statuses, attempts, MLflow runs)."""
     started = time.time()
     data = TokenizedData.load(paths.tok_dir)
     data_hash = data.fingerprint()
@@ -304,7 +304,7 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
             raise
         outcomes.update(_collect(todo, grid, outputs))
         runs = tracking.runs
-    summary = _write_summary(paths.models_dir, specs, outcomes, data_hash)
+    _write_summary(paths.models_dir, specs, outcomes, data_hash)
     failed = [o for o in outcomes.values() if o.status == "failed"]
     sweep_failed = bool(failed) and not config.train.allow_partial
     record = _write_last_sweep(paths, specs, outcomes, parent_id, runs, time.time() - started)
@@ -316,7 +316,7 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
     if sweep_failed:
         names = "; ".join(f"{o.id}: {o.error}" for o in failed)
         raise SweepFailedError(f"{len(failed)} of {len(specs)} variants failed: {names}")
-    return summary
+    return record
 
 
 def _resumable(spec: TrialSpec, cache: VariantCache) -> TrialSpec:
@@ -385,7 +385,7 @@ def _parent_run(tracker: Tracker, config: Config, infra: Infra, data_hash, specs
     )
 
 
-def _write_summary(models_dir: Path, specs, outcomes, data_hash: str) -> dict:
+def _write_summary(models_dir: Path, specs, outcomes, data_hash: str) -> None:
     """``models/sweep.json``: what each variant is (config, summary, or why it failed);
     identical on a rerun that trains nothing."""
     summary = {
@@ -403,7 +403,6 @@ def _write_summary(models_dir: Path, specs, outcomes, data_hash: str) -> dict:
         },
     }
     write_json(models_dir / SWEEP_FILE, summary)
-    return summary
 
 
 def _write_last_sweep(paths, specs, outcomes, parent_id, runs, seconds: float) -> dict:

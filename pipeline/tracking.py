@@ -157,27 +157,31 @@ class Tracker:
         return None
 
     # ------------------------------------------------------------------- runs
-    def find_run(self, tags: Mapping[str, str], statuses: Iterable[str] = ()) -> Run | None:
-        """The newest live run carrying all ``tags`` (and one of ``statuses``, if given);
-        a tag given as ``""`` must be absent."""
+    def _search(self, tags: Mapping[str, str], max_results: int) -> list[Run]:
+        """Live runs carrying ``tags``, newest first; a tag given as ``""`` must be absent."""
         clauses = [f"tags.`{k}` = {_quoted(v)}" for k, v in tags.items() if v != ""]
-        absent = [k for k, v in tags.items() if v == ""]
         runs = self.client.search_runs(
             [self.experiment_id],
             filter_string=" AND ".join(clauses),
             order_by=["attributes.start_time DESC"],
-            max_results=50,
+            max_results=max_results,
         )
+        absent = [k for k, v in tags.items() if v == ""]
+        return [r for r in runs if not any(k in r.data.tags for k in absent)]
+
+    def find_run(self, tags: Mapping[str, str], statuses: Iterable[str] = ()) -> Run | None:
+        """The newest live run carrying all ``tags`` (and one of ``statuses``, if given);
+        a tag given as ``""`` must be absent."""
         wanted = set(statuses)
-        return next(
-            (
-                r
-                for r in runs
-                if (not wanted or r.info.status in wanted)
-                and not any(k in r.data.tags for k in absent)
-            ),
-            None,
-        )
+        runs = self._search(tags, max_results=50)
+        return next((r for r in runs if not wanted or r.info.status in wanted), None)
+
+    def newest_by(self, key: str, tags: Mapping[str, str]) -> dict[str, Run]:
+        """The newest live run carrying ``tags`` for each value of tag ``key`` (one query)."""
+        newest: dict[str, Run] = {}
+        for run in self._search(tags, max_results=50_000):
+            newest.setdefault(run.data.tags.get(key), run)
+        return newest
 
     def start_run(
         self,
@@ -227,11 +231,6 @@ class Tracker:
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(
             run_id, status=RunStatus.to_string(RunStatus.from_string(status))
-        )
-
-    def children(self, parent_id: str) -> list[Run]:
-        return self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}'"
         )
 
     # ---------------------------------------------------------------- logging
@@ -304,8 +303,3 @@ class Tracker:
         self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
         self.client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=step)])
         return model.model_id
-
-
-def is_mlflow_error(err: BaseException) -> bool:
-    """An error of the MLflow client or store (a stage turns it into one line)."""
-    return isinstance(err, MlflowException)

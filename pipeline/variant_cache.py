@@ -46,12 +46,13 @@ def checkpoint_uri(checkpoint: Any) -> str | None:
     return None if prefix is None else prefix + str(checkpoint.path)
 
 
-def copy_folder(source: Path, dest: Path) -> None:
-    """Replace ``dest`` with the files of ``source`` (hard links where the filesystem
-    allows: checkpoints are large and never modified in place), atomically."""
+def copy_folder(source: Path, dest: Path, names: tuple[str, ...] | None = None) -> None:
+    """Replace ``dest`` with the files of ``source`` (only ``names``, if given; hard links
+    where the filesystem allows: checkpoints are large and never modified in place),
+    atomically."""
     with atomic_dir(dest) as tmp:
         for path in sorted(source.iterdir()):
-            if not path.is_file():
+            if not path.is_file() or (names is not None and path.name not in names):
                 continue
             try:
                 os.link(path, tmp / path.name)
@@ -72,8 +73,9 @@ class VariantCache:
         return self.files(config_hash).finished(config_hash)
 
     def store(self, source: Path, config_hash: str) -> None:
+        """Keep the finished variant in ``source`` (its :data:`VariantFiles.KEPT` files)."""
         try:
-            copy_folder(source, self.files(config_hash).folder)
+            copy_folder(source, self.files(config_hash).folder, VariantFiles.KEPT)
         except OSError:
             if self.finished(config_hash) is None:
                 raise
@@ -135,10 +137,7 @@ def adopt(models_dir: Path, cache: VariantCache) -> list[str]:
             logger.warning("%s: unreadable, skipped", result)
             continue
         if cache.finished(config_hash) is None:
-            with atomic_dir(cache.files(config_hash).folder) as tmp:
-                for path in sorted(folder.iterdir()):
-                    if path.is_file() and path.name in VariantFiles.KEPT:
-                        shutil.copy2(path, tmp / path.name)
+            copy_folder(folder, cache.files(config_hash).folder, VariantFiles.KEPT)
         adopted.append(folder.name)
     return adopted
 

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 
@@ -21,11 +20,10 @@ def main(args, config) -> int:
     settings = infra(args)
     paths = SweepPaths.under(settings, REPO_ROOT / args.tok, REPO_ROOT / args.out)
     try:
-        run_sweep(config, settings, paths, only=args.only)
+        counts = run_sweep(config, settings, paths, only=args.only)["counts"]
     except SweepFailedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    counts = json.loads(paths.cache.last_sweep.read_text())["counts"]
     logger.info(
         "sweep done: %s; summary in %s, run log in %s",
         counts, paths.models_dir / SWEEP_FILE, paths.cache.last_sweep,

@@ -10,8 +10,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 CHROMIUM_ARGS = [
@@ -49,32 +52,38 @@ def find_chromium() -> str | None:
     return None
 
 
-def check_page(page_path: Path, screenshot: Path | None = None) -> PageCheck:
-    """Load ``page_path`` in headless Chromium and report what did not work."""
+@contextmanager
+def chromium_page(width: int = 1280, height: int = 900) -> Iterator[Any]:
+    """A Playwright page in the system's headless Chromium; the browser closes on exit."""
     from playwright.sync_api import sync_playwright
 
     executable = find_chromium()
     if executable is None:
-        raise FileNotFoundError("no Chromium found (apt-get install chromium)")
-    result = PageCheck()
+        raise FileNotFoundError("no Chromium found (apt-get install chromium; make browser)")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: m.type == "error" and result.console_errors.append(m.text))
-            page.on("pageerror", lambda e: result.console_errors.append(str(e)))
-            page.on("requestfailed", lambda r: result.failed_requests.append(r.url))
-            page.goto(Path(page_path).resolve().as_uri(), wait_until="load")
-            images = page.eval_on_selector_all(
-                "img",
-                "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])",
-            )
-            result.images = len(images)
-            result.broken_images = [src for src, ok in images if not ok]
-            if screenshot is not None:
-                page.screenshot(path=str(screenshot), full_page=True)
+            yield browser.new_page(viewport={"width": width, "height": height})
         finally:
             browser.close()
+
+
+def check_page(page_path: Path, screenshot: Path | None = None) -> PageCheck:
+    """Load ``page_path`` in headless Chromium and report what did not work."""
+    result = PageCheck()
+    with chromium_page() as page:
+        page.on("console", lambda m: m.type == "error" and result.console_errors.append(m.text))
+        page.on("pageerror", lambda e: result.console_errors.append(str(e)))
+        page.on("requestfailed", lambda r: result.failed_requests.append(r.url))
+        page.goto(Path(page_path).resolve().as_uri(), wait_until="load")
+        images = page.eval_on_selector_all(
+            "img",
+            "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])",
+        )
+        result.images = len(images)
+        result.broken_images = [src for src, ok in images if not ok]
+        if screenshot is not None:
+            page.screenshot(path=str(screenshot), full_page=True)
     return result
 
 

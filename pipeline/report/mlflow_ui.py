@@ -2,7 +2,8 @@
 
 ``python -m pipeline.report.mlflow_ui --out docs/mlflow-compare.png`` starts
 ``mlflow server`` on 127.0.0.1 over the project's store (infra.yaml's ``tracking.uri``),
-opens the compare view of the newest evaluation's best ``test`` run per scorer in
+opens the compare view of the workspace evaluation's (``eval/summary.json``) best
+``test`` run per scorer in
 headless Chromium (test BLEU, best dev BLEU, best epoch, still improving, ...) and saves
 a screenshot. The server is stopped when it is done.
 """
@@ -10,6 +11,7 @@ a screenshot. The server is stopped when it is done.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -23,6 +25,9 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
+
+from pipeline.report.browser import chromium_page
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +103,21 @@ def search_runs(url: str, experiment_id: str, filter_string: str) -> list[dict]:
     return found.get("runs", [])
 
 
-def newest_evaluation(url: str, experiment: str) -> tuple[str, dict, list[dict]]:
-    """``(experiment id, evaluation run, its test runs)`` of the newest evaluation."""
+def newest_evaluation(
+    url: str, experiment: str, eval_key: str | None = None
+) -> tuple[str, dict, list[dict]]:
+    """``(experiment id, evaluation run, its test runs)`` of the newest evaluation (of
+    ``eval_key`` outside any DVC experiment, when given: the workspace's ``eval/``)."""
     experiment_id = rest(
         url, "experiments/get-by-name?" + urllib.parse.urlencode({"experiment_name": experiment})
     )["experiment"]["experiment_id"]
     evaluations = search_runs(url, experiment_id, "tags.kind = 'evaluation'")
+    if eval_key is not None:
+        evaluations = [
+            r for r in evaluations
+            if {t["key"]: t["value"] for t in r["data"].get("tags", [])}.get("eval_key") == eval_key
+            and not any(t["key"] == "dvc.exp_name" for t in r["data"].get("tags", []))
+        ]  # fmt: skip
     if not evaluations:
         raise LookupError(f"experiment {experiment!r} has no evaluation run yet")
     parent = max(evaluations, key=lambda r: int(r["info"]["start_time"]))
@@ -126,28 +140,20 @@ def compare_url(url: str, experiment_id: str, run_ids: list[str]) -> str:
     return f"{url}/#/compare-runs?{query}&workflowType=machine_learning"
 
 
+def _open(page: Any, page_url: str, wait_for: str) -> None:
+    page.goto(page_url, wait_until="load", timeout=120_000)
+    page.get_by_text(wait_for).first.wait_for(timeout=60_000)
+
+
 def screenshot(page_url: str, out: Path, wait_for: str, width: int = 1500) -> str:
     """Open ``page_url`` in headless Chromium, wait until ``wait_for`` text shows, save a
     full-page screenshot; returns the page's visible text."""
-    from playwright.sync_api import sync_playwright
-
-    from pipeline.report.browser import CHROMIUM_ARGS, find_chromium
-
-    executable = find_chromium()
-    if executable is None:
-        raise FileNotFoundError("no Chromium found (apt-get install chromium; make browser)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": 1000})
-            page.goto(page_url, wait_until="load", timeout=120_000)
-            page.get_by_text(wait_for).first.wait_for(timeout=60_000)
-            page.wait_for_timeout(1500)  # let the charts finish drawing
-            out.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(out), full_page=True)
-            return page.inner_text("body")
-        finally:
-            browser.close()
+    with chromium_page(width, 1000) as page:
+        _open(page, page_url, wait_for)
+        page.wait_for_timeout(1500)  # let the charts finish drawing
+        out.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out), full_page=True)
+        return page.inner_text("body")
 
 
 def compare_screenshot(page_url: str, out: Path, width: int = 1500) -> str:
@@ -161,38 +167,24 @@ def compare_screenshot(page_url: str, out: Path, width: int = 1500) -> str:
     Returns the page's text.
     """
     from PIL import Image
-    from playwright.sync_api import sync_playwright
 
-    from pipeline.report.browser import CHROMIUM_ARGS, find_chromium
-
-    executable = find_chromium()
-    if executable is None:
-        raise FileNotFoundError("no Chromium found (apt-get install chromium; make browser)")
-    parts: list[Path] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": 1400})
-            page.goto(page_url, wait_until="load", timeout=120_000)
-            page.get_by_text("test_bleu").first.wait_for(timeout=60_000)
-            for button in ("Close", "Toggle sidebar"):
-                page.get_by_role("button", name=button).first.click()
-            for section in ("Visualizations", "Parameters"):
-                page.get_by_text(section, exact=True).last.click()
-            page.wait_for_timeout(800)
-            details = page.locator(".du-bois-light-collapse-item").filter(has_text="Run Name:")
-            parts.append(out.with_suffix(".details.png"))
-            details.first.locator(".du-bois-light-collapse-content").screenshot(path=str(parts[-1]))
-            headers = page.locator(".du-bois-light-collapse-header")
-            header = headers.get_by_text("Metrics", exact=True)
-            metrics = page.locator(".du-bois-light-collapse-item").filter(has=header)
-            box = metrics.first.locator(".du-bois-light-collapse-content")
-            parts.append(out.with_suffix(".metrics.png"))
-            box.screenshot(path=str(parts[-1]), animations="disabled")
-            text = page.inner_text("body")
-        finally:
-            browser.close()
-    images = [Image.open(p) for p in parts]
+    with chromium_page(width, 1400) as page:
+        _open(page, page_url, "test_bleu")
+        for button in ("Close", "Toggle sidebar"):
+            page.get_by_role("button", name=button).first.click()
+        for section in ("Visualizations", "Parameters"):
+            page.get_by_text(section, exact=True).last.click()
+        page.wait_for_timeout(800)
+        sections = page.locator(".du-bois-light-collapse-item")
+        details = sections.filter(has_text="Run Name:").first
+        header = page.locator(".du-bois-light-collapse-header").get_by_text("Metrics", exact=True)
+        metrics = sections.filter(has=header).first
+        captures = [
+            section.locator(".du-bois-light-collapse-content").screenshot(animations="disabled")
+            for section in (details, metrics)
+        ]
+        text = page.inner_text("body")
+    images = [Image.open(io.BytesIO(capture)) for capture in captures]
     sheet = Image.new("RGB", (max(i.width for i in images), sum(i.height for i in images)), "white")
     y = 0
     for image in images:
@@ -200,8 +192,6 @@ def compare_screenshot(page_url: str, out: Path, width: int = 1500) -> str:
         y += image.height
     out.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(out)
-    for path in parts:
-        path.unlink(missing_ok=True)
     return text
 
 
@@ -220,6 +210,7 @@ def best_per_scorer(children: list[dict]) -> list[dict]:
 
 
 def main() -> None:
+    from pipeline.artifacts import EVAL_SUMMARY
     from pipeline.infra import load_infra
     from pipeline.tracking import resolve_uri
 
@@ -227,13 +218,21 @@ def main() -> None:
     cli.add_argument("--params", default="params.yaml")
     cli.add_argument("--infra", default=None)
     cli.add_argument("--out", type=Path, default=Path("docs/mlflow-compare.png"))
+    cli.add_argument(
+        "--eval",
+        type=Path,
+        default=Path("eval"),
+        help="the evaluation to show: its summary.json's eval_key (default: eval/)",
+    )
     args = cli.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     infra = load_infra(args.params, args.infra)
+    summary = args.eval / EVAL_SUMMARY
+    key = json.loads(summary.read_text())["eval_key"] if summary.is_file() else None
     uri = resolve_uri(infra)
     server = nullcontext(uri) if uri.startswith(("http://", "https://")) else mlflow_server(uri)
     with server as url:  # a tracking server is used as it is; a store gets a local one
-        experiment_id, parent, children = newest_evaluation(url, infra.tracking.experiment)
+        experiment_id, parent, children = newest_evaluation(url, infra.tracking.experiment, key)
         ids = [r["info"]["run_id"] for r in best_per_scorer(children)]
         text = compare_screenshot(compare_url(url, experiment_id, ids), args.out)
     logger.info(
