@@ -18,6 +18,7 @@ SWEEP_FILE = "sweep.json"
 EVAL_SUMMARY = "summary.json"
 """``eval/summary.json``: headline numbers of every variant, failed ones, signature."""
 SIGNIFICANCE = "significance.csv"
+LEARNING_CURVES = "learning_curves.csv"  # eval/: every variant's history.csv, stacked
 """``eval/significance.csv``: paired comparisons (scorer vs none, reversed vs forward)."""
 STUDY_TABLE = "study.csv"
 """``eval/study.csv``: one row per variant, axes, test scores and training summary."""

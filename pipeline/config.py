@@ -142,6 +142,14 @@ class ModelConfig(_Section):
     """Reverse the source tokens before the encoder (Sutskever 2014)."""
     tie_embeddings: bool = False
     """Tie the target embedding and output projection (needs equal sizes)."""
+    baseline: Literal["rnnencdec", "init_only"] = "rnnencdec"
+    """``scorer: none`` only: how the decoder sees the source. ``rnnencdec`` (default) is
+    Cho et al. (2014)'s RNN Encoder-Decoder, the RNNencdec baseline of Bahdanau et al.
+    (2014, Fig. 2 and app. A: "the model becomes RNN Encoder-Decoder if we fix c_i"): the
+    encoder summary c enters every decoder step and the output layer. ``init_only`` is
+    Sutskever et al. (2014): c only initialises the decoder state. Britz et al. (2017)
+    report both (None-Input 11.57 vs None-State 9.98 BLEU); the study's report says
+    which one ran."""
 
     @field_validator("scorer")
     @classmethod
@@ -166,11 +174,18 @@ class TrainConfig(_Section):
     lr_decay: float = Field(0.5, gt=0, le=1)
     """Learning-rate factor on a dev plateau."""
     lr_patience: int = Field(0, ge=0)
-    """Epochs without dev improvement before the learning rate decays."""
+    """Evaluations without a dev improvement of at least ``min_delta`` before the
+    learning rate decays (torch's ``ReduceLROnPlateau``)."""
     max_epochs: int = Field(8, ge=1)
     """Upper bound on epochs."""
     patience: int = Field(3, ge=1)
-    """Early stopping: epochs without dev improvement before stopping."""
+    """Early stopping: evaluations (epoch ends and every ``eval_every_steps``) without a
+    dev improvement of at least ``min_delta`` before stopping. A variant stopped this way
+    has plateaued; one stopped by a budget is flagged as not converged in the report."""
+    min_delta: float = Field(0.0, ge=0)
+    """Smallest dev improvement that counts (BLEU points, or nats for ``loss``): dev BLEU
+    of a few hundred greedy sentences moves by a few tenths between evaluations even
+    on a plateau."""
     early_stopping_metric: Literal["loss", "bleu"] = "bleu"
     """Dev metric that selects the best epoch and drives early stopping."""
     time_budget_minutes: float = Field(0, ge=0)
@@ -199,6 +214,11 @@ class TrainConfig(_Section):
     )
     """Sweep axes: a ``model`` or ``train`` field name -> list of values. The grid is
     their Cartesian product; each point becomes one variant."""
+    grid_include: list[dict[str, list[Any]]] = Field(default_factory=list)
+    """More grid points, as GitHub Actions' ``matrix.include``: each entry is a small grid
+    (axis -> values) whose points are added to the main grid; axes an entry leaves out
+    take the ``model``/``train`` defaults. Used for extra seeds of the variants the
+    headline findings rest on. A point already in the grid is not added twice."""
     allow_partial: bool = False
     """Finish with exit 0 even if some variants failed (they are still reported)."""
     only: list[str] = Field(default_factory=list)
@@ -212,9 +232,12 @@ class EvaluateConfig(_Section):
     length_penalty: float = Field(1.0, ge=0)
     """Length normalisation exponent alpha: score / length**alpha."""
     bootstrap_samples: int = Field(1000, ge=10)
-    """Bootstrap resamples for intervals and paired significance."""
+    """Bootstrap resamples of sacreBLEU's 95% intervals and paired bootstrap test."""
+    ar_trials: int = Field(10000, ge=100)
+    """Shuffles of sacreBLEU's paired approximate randomization test (its default); the
+    smallest p-value it can give is 1/(trials+1)."""
     bootstrap_seed: int = 12345
-    """Seed of the bootstrap."""
+    """Seed of both tests and of the intervals (sacreBLEU's ``SACREBLEU_SEED``)."""
     attention_examples: int = Field(6, ge=0)
     """Test sentences whose attention matrices are saved (seeded, across lengths)."""
     precision: Literal["auto", "fp32", "bf16"] = "fp32"

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from pipeline.artifacts import (
     EVAL_SUMMARY,
+    LEARNING_CURVES,
     METRICS_FILE,
     PLOTS_FILE,
     SIGNIFICANCE,
@@ -50,10 +51,11 @@ from pipeline.config import Config
 from pipeline.data.fetch import read_tsv_pairs
 from pipeline.data.tokenized import TokenizedData
 from pipeline.decoding import DecodeSpec, attention_example_indices, decode_variant
-from pipeline.evaluation import Buckets, Scorer, paired_bootstrap, score_system
+from pipeline.evaluation import Buckets, Scorer, holm, score_system
 from pipeline.infra import Infra
 from pipeline.io import atomic_dir, atomic_path, write_json, write_text
 from pipeline.tracking import Tracker, experiment_key, training_summary
+from pipeline.twins import twins
 
 logger = logging.getLogger(__name__)
 
@@ -75,31 +77,30 @@ def load_sweep(models_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _comparisons(variants: dict[str, dict]) -> list[tuple[str, str, str]]:
-    """(kind, variant, baseline): scorer vs ``none`` and reversed vs forward twins."""
-
-    def key(axes: dict, drop: str) -> str:
-        return json.dumps({k: v for k, v in axes.items() if k != drop}, sort_keys=True)
-
-    by_scorer_key = {
-        (key(v["axes"], "scorer"), v["model"]["scorer"]): i for i, v in variants.items()
-    }
-    by_rev_key = {
-        (key(v["axes"], "reverse_source"), v["model"]["reverse_source"]): i
-        for i, v in variants.items()
-    }
-    pairs = []
-    for variant_id, info in variants.items():
-        model = info["model"]
-        if model["scorer"] != "none":
-            base = by_scorer_key.get((key(info["axes"], "scorer"), "none"))
-            if base:
-                pairs.append(("vs_none", variant_id, base))
-        if model["reverse_source"]:
-            base = by_rev_key.get((key(info["axes"], "reverse_source"), False))
-            if base:
-                pairs.append(("reversed_vs_forward", variant_id, base))
+def _comparisons(trained: dict[str, dict], bleu: dict[str, float]) -> list[tuple[str, str, str]]:
+    """(kind, variant, baseline) pairs of twins (:mod:`pipeline.twins`): each scorer vs
+    its ``none`` twin, reversed vs forward, each other attention scorer vs the best
+    scorer's twin (the ranking), and additive vs general (Britz et al. 2017)."""
+    pairs = [("vs_none", v, b) for v, b in twins(trained, "scorer", "none")]
+    pairs += [("reversed_vs_forward", v, b) for v, b in twins(trained, "reverse_source", False)]
+    best = best_scorer(trained, bleu)
+    duel = {"additive", "general"}
+    if best is not None:
+        others = lambda s: s != "none" and not ({s, best} == duel)  # noqa: E731
+        pairs += [("vs_best", v, b) for v, b in twins(trained, "scorer", best, others)]
+    pairs += [("additive_vs_general", v, b) for v, b in twins(trained, "scorer", "general", "additive")]
     return pairs
+
+
+def best_scorer(trained: dict[str, dict], bleu: dict[str, float]) -> str | None:
+    """The attention scorer with the highest mean test BLEU over its variants."""
+    means = (
+        pd.DataFrame([{"scorer": trained[i]["model"]["scorer"], "bleu": b} for i, b in bleu.items()])
+        .query("scorer != 'none'")
+        .groupby("scorer")
+        .bleu.mean()
+    )
+    return None if means.empty else str(means.idxmax())
 
 
 def _metric_name(bucket: str) -> str:
@@ -154,9 +155,9 @@ def evaluate(
     with atomic_dir(out_dir) as tmp:
         for variant_id, result in decoded.items():
             result.write(tmp / variant_id)
-        scorer = Scorer(target_language=_target_language(raw_dir))
-        metrics, statistics = {}, {}
-        for variant_id in trained:
+        scorer = Scorer(_target_language(raw_dir), seed=config.evaluate.bootstrap_seed)
+        metrics = {}
+        for variant_id in tqdm(trained, desc="score test", unit="variant"):
             hypotheses = decoded[variant_id].hypotheses
             result = score_system(
                 scorer,
@@ -165,7 +166,7 @@ def evaluate(
                 source_words,
                 buckets,
                 config.evaluate.bootstrap_samples,
-                config.evaluate.bootstrap_seed,
+                split_cfg.max_train_words,
             )
             result.update(decoded[variant_id].stats)
             result["beam_size"] = config.evaluate.beam_size
@@ -173,9 +174,11 @@ def evaluate(
             write_json(files.metrics, result)
             pd.DataFrame(result["by_length"]).to_csv(files.by_length, index=False)
             metrics[variant_id] = result
-            statistics[variant_id] = scorer.statistics(hypotheses, references)
-        significance = _significance(scorer, trained, statistics, config)
+        hypotheses = {i: decoded[i].hypotheses for i in trained}
+        bleu = {i: m["bleu"] for i, m in metrics.items()}
+        significance = _significance(scorer, trained, hypotheses, references, bleu, config)
         significance.to_csv(tmp / SIGNIFICANCE, index=False)
+        learning_curves(models_dir, trained).to_csv(tmp / LEARNING_CURVES, index=False)
         key = eval_key(config, trained, test_sha)
         summary = _summary(tmp, metrics, sweep, examples, key)
         table = study_table(sweep, summary)
@@ -209,19 +212,49 @@ def _target_language(raw_dir: Path) -> str | None:
     return None
 
 
-def _significance(scorer, trained, statistics, config) -> pd.DataFrame:
-    rows = []
-    for kind, variant_id, baseline in _comparisons(trained):
-        result = paired_bootstrap(
-            scorer,
-            statistics[variant_id],
-            statistics[baseline],
-            config.evaluate.bootstrap_samples,
-            config.evaluate.bootstrap_seed,
+def _significance(scorer, trained, hypotheses, references, bleu, config) -> pd.DataFrame:
+    """Every comparison of :func:`_comparisons` with sacreBLEU's paired approximate
+    randomization and paired bootstrap tests, and Holm-adjusted AR p-values over all of
+    them (the family is every comparison the study reports)."""
+    pairs = _comparisons(trained, bleu)
+    by_baseline: dict[str, list[str]] = {}
+    for _, variant_id, baseline in pairs:
+        by_baseline.setdefault(baseline, []).append(variant_id)
+    results: dict[tuple[str, str], dict[str, float]] = {}
+    for baseline, variants in tqdm(by_baseline.items(), desc="paired tests", unit="baseline"):
+        systems = {v: hypotheses[v] for v in dict.fromkeys(variants)}
+        same = {v for v, h in systems.items() if h == hypotheses[baseline]}
+        tested = scorer.paired_tests(
+            references,
+            (baseline, hypotheses[baseline]),
+            {v: h for v, h in systems.items() if v not in same},
+            ar_trials=config.evaluate.ar_trials,
+            bootstrap_samples=config.evaluate.bootstrap_samples,
         )
-        rows.append({"comparison": kind, "variant": variant_id, "baseline": baseline, **result})
-    columns = ["comparison", "variant", "baseline", "delta", "delta_low", "delta_high", "p_value"]
-    return pd.DataFrame(rows, columns=columns)
+        for variant_id in same:  # sacreBLEU's tests give p ~ 0 for identical outputs
+            tested[variant_id] = {"bleu": bleu[variant_id], "baseline_bleu": bleu[baseline],
+                                  "delta": 0.0, "p_ar": 1.0, "p_bs": 1.0}  # fmt: skip
+        results.update({(v, baseline): r for v, r in tested.items()})
+    rows = [
+        {"comparison": kind, "variant": v, "baseline": b, **results[(v, b)]}
+        for kind, v, b in pairs
+    ]
+    columns = ["comparison", "variant", "baseline", "bleu", "baseline_bleu", "delta",
+               "p_ar", "p_bs", "p_holm"]  # fmt: skip
+    table = pd.DataFrame(rows, columns=columns[:-1])
+    table["p_holm"] = holm(table.p_ar.tolist())
+    return table
+
+
+def learning_curves(models_dir: Path, trained: dict[str, dict]) -> pd.DataFrame:
+    """Every trained variant's ``history.csv`` (one row per dev evaluation), stacked with
+    a ``variant`` column: the report's learning curves."""
+    frames = []
+    for variant_id in trained:
+        path = VariantFiles(models_dir / variant_id).history
+        if path.is_file():
+            frames.append(pd.read_csv(path).assign(variant=variant_id))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["variant"])
 
 
 def eval_key(config: Config, trained: dict[str, dict], test_sha: str) -> str:

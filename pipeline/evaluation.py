@@ -1,19 +1,23 @@
-"""Translation quality: sacreBLEU/chrF, BLEU by source length, bootstrap intervals.
+"""Translation quality: sacreBLEU/chrF, BLEU by source length, intervals, paired tests.
 
-BLEU is computed from sacreBLEU's own sufficient statistics (n-gram matches and totals,
-hypothesis and reference lengths), extracted once per sentence. A bootstrap sample is
-then a sum of rows, so 1,000 resamples of a 1,500-sentence test set cost milliseconds,
-and paired bootstrap (Koehn 2004) compares two systems on the same resampled sentences.
-This is the computation ``sacrebleu --paired-bs`` performs, vectorised.
+Everything statistical is sacreBLEU's own: the 95% intervals are its bootstrap
+(``sacrebleu --confidence``), the paired comparisons its approximate randomization and
+paired bootstrap tests (``--paired-ar``, ``--paired-bs``; :class:`sacrebleu.significance.
+PairedTest`), seeded through ``evaluate.bootstrap_seed``. Holm's correction over all the
+study's comparisons comes from statsmodels.
 """
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+from statsmodels.stats.multitest import multipletests
 
 from pipeline.data.split import bucket_label, length_bucket
 
@@ -29,49 +33,103 @@ class Buckets:
     def label(self, index: int) -> str:
         return bucket_label(index, self.width, self.count)
 
+    def training_range(self, index: int, max_train_words: int | None) -> str:
+        """``inside`` if every sentence of bucket ``index`` is within the training cut,
+        else ``beyond`` (the model never saw a source that long in training)."""
+        if max_train_words is None:
+            return "inside"
+        last = index == self.count - 1
+        return "inside" if not last and (index + 1) * self.width <= max_train_words else "beyond"
+
 
 class Scorer:
-    """sacreBLEU BLEU + chrF with per-sentence statistics for fast bootstrap."""
+    """sacreBLEU BLEU and chrF of one target language, with sacreBLEU's own bootstrap
+    intervals and paired tests (:mod:`sacrebleu.significance`)."""
 
-    def __init__(self, target_language: str | None = None):
-        self.bleu = BLEU(trg_lang=target_language or "")
+    def __init__(self, target_language: str | None = None, seed: int = 12345):
+        self.target_language = target_language or ""
+        self.bleu = BLEU(trg_lang=self.target_language)
         self.chrf = CHRF()
+        self.seed = seed
 
     @property
     def signature(self) -> str:
         return str(self.bleu.get_signature())
 
-    def statistics(self, hypotheses: list[str], references: list[str]) -> np.ndarray:
-        """(N, 10) BLEU sufficient statistics, one row per sentence."""
+    def bleu_interval(
+        self, hypotheses: list[str], references: list[str], samples: int
+    ) -> tuple[float, float, float]:
+        """Corpus BLEU and its 95% interval: sacreBLEU's bootstrap (``--confidence``),
+        mean +- half the 2.5-97.5 percentile range of ``samples`` resamples."""
         if len(hypotheses) != len(references):
             raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-        stats = self.bleu._extract_corpus_statistics(hypotheses, [references])
-        return np.asarray(stats, dtype=np.int64).reshape(len(hypotheses), -1)
-
-    def bleu_from(self, stats_sum: np.ndarray) -> float:
-        return float(self.bleu._compute_score_from_stats(stats_sum.tolist()).score)
+        with _sacrebleu_seed(self.seed):
+            score = BLEU(trg_lang=self.target_language).corpus_score(
+                hypotheses, [references], n_bootstrap=samples
+            )
+        mean, half = getattr(score, "_mean", score.score), getattr(score, "_ci", 0.0)
+        return float(score.score), float(mean - half), float(mean + half)
 
     def chrf_score(self, hypotheses: list[str], references: list[str]) -> float:
         return float(self.chrf.corpus_score(hypotheses, [references]).score)
 
+    def paired_tests(
+        self,
+        references: list[str],
+        baseline: tuple[str, list[str]],
+        systems: dict[str, list[str]],
+        *,
+        ar_trials: int,
+        bootstrap_samples: int,
+    ) -> dict[str, dict[str, float]]:
+        """Each system against ``baseline`` on the same sentences with sacreBLEU's two
+        paired tests: approximate randomization (Riezler & Maxwell 2005; ``ar_trials``
+        shuffles) and paired bootstrap resampling (Koehn 2004). Both are two-sided; the
+        smallest p-value AR can return is 1 / (trials + 1)."""
+        if not systems:
+            return {}
+        named = [baseline, *systems.items()]
+        out: dict[str, dict[str, float]] = {n: {} for n in systems}
+        for test, samples in (("ar", ar_trials), ("bs", bootstrap_samples)):
+            metric = BLEU(trg_lang=self.target_language)
+            with _sacrebleu_seed(self.seed):
+                _, scores = PairedTest(named, {"BLEU": metric}, [references], test, samples)()
+            base = scores["BLEU"][0].score
+            for name, result in zip(scores["System"][1:], scores["BLEU"][1:]):
+                out[name].update(
+                    {"bleu": result.score, "baseline_bleu": base,
+                     "delta": result.score - base, f"p_{test}": float(result.p_value)}
+                )  # fmt: skip
+        return out
 
-def bootstrap_counts(n: int, samples: int, seed: int) -> np.ndarray:
-    """(samples, n) how often each sentence is drawn in each resample (seeded)."""
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n, size=(samples, n))
-    counts = np.zeros((samples, n), dtype=np.int64)
-    np.add.at(counts, (np.arange(samples)[:, None], draws), 1)
-    return counts
+
+@contextmanager
+def _sacrebleu_seed(seed: int):
+    """sacreBLEU seeds its resampling from ``SACREBLEU_SEED`` (default 12345)."""
+    old = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = old
 
 
-def bootstrap_bleu(
-    scorer: Scorer, stats: np.ndarray, counts: np.ndarray
-) -> tuple[float, float, float]:
-    """Corpus BLEU and its 95% percentile interval over the resamples in ``counts``."""
-    point = scorer.bleu_from(stats.sum(axis=0))
-    resampled = np.array([scorer.bleu_from(row) for row in counts @ stats])
-    low, high = np.percentile(resampled, [2.5, 97.5])
-    return point, float(low), float(high)
+def holm(p_values: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (statsmodels), controlling the family-wise error
+    rate over every paired test the study reports."""
+    if not p_values:
+        return []
+    return [float(p) for p in multipletests(p_values, method="holm")[1]]
+
+
+def format_p(p: float) -> str:
+    """A p-value as printed in the report: "< 0.001" rather than a rounded 0."""
+    if p != p:  # NaN
+        return "-"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def score_system(
@@ -81,19 +139,25 @@ def score_system(
     source_words: np.ndarray,
     buckets: Buckets,
     samples: int,
-    seed: int,
+    max_train_words: int | None = None,
 ) -> dict[str, Any]:
-    """Overall BLEU/chrF with intervals, and BLEU per source-length bucket."""
-    stats = scorer.statistics(hypotheses, references)
-    bleu, low, high = bootstrap_bleu(scorer, stats, bootstrap_counts(len(stats), samples, seed))
+    """Overall BLEU/chrF with 95% intervals, and BLEU per source-length bucket. A bucket
+    is ``inside`` the training lengths when all its sentences are at most
+    ``max_train_words`` long (the training cut), else ``beyond`` (extrapolation)."""
+    bleu, low, high = scorer.bleu_interval(hypotheses, references, samples)
     bucket_ids = np.array([buckets.index(int(w)) for w in source_words])
     by_length = []
     for index in range(buckets.count):
         rows = np.flatnonzero(bucket_ids == index)
-        entry: dict[str, Any] = {"bucket": buckets.label(index), "sentences": int(len(rows))}
+        entry: dict[str, Any] = {
+            "bucket": buckets.label(index),
+            "sentences": int(len(rows)),
+            "training_range": buckets.training_range(index, max_train_words),
+        }
         if len(rows):
-            counts = bootstrap_counts(len(rows), samples, seed + 1 + index)
-            b, lo, hi = bootstrap_bleu(scorer, stats[rows], counts)
+            b, lo, hi = scorer.bleu_interval(
+                [hypotheses[i] for i in rows], [references[i] for i in rows], samples
+            )
             entry.update(bleu=b, bleu_low=lo, bleu_high=hi)
         else:
             entry.update(bleu=float("nan"), bleu_low=float("nan"), bleu_high=float("nan"))
@@ -106,35 +170,6 @@ def score_system(
         "sentences": len(hypotheses),
         "signature": scorer.signature,
         "by_length": by_length,
-    }
-
-
-def paired_bootstrap(
-    scorer: Scorer,
-    stats_a: np.ndarray,
-    stats_b: np.ndarray,
-    samples: int,
-    seed: int,
-) -> dict[str, float]:
-    """Koehn (2004) paired bootstrap of BLEU(a) - BLEU(b) on the same resamples.
-
-    ``p_value`` is two-sided: twice the smaller share of resamples on either side of 0.
-    """
-    if stats_a.shape != stats_b.shape:
-        raise ValueError("paired bootstrap needs both systems on the same sentences")
-    counts = bootstrap_counts(len(stats_a), samples, seed)
-    a = np.array([scorer.bleu_from(row) for row in counts @ stats_a])
-    b = np.array([scorer.bleu_from(row) for row in counts @ stats_b])
-    delta = a - b
-    share_le = float(np.mean(delta <= 0))
-    share_ge = float(np.mean(delta >= 0))
-    observed = scorer.bleu_from(stats_a.sum(0)) - scorer.bleu_from(stats_b.sum(0))
-    low, high = np.percentile(delta, [2.5, 97.5])
-    return {
-        "delta": observed,
-        "delta_low": float(low),
-        "delta_high": float(high),
-        "p_value": min(1.0, 2 * min(share_le, share_ge)),
     }
 
 

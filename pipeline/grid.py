@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from pipeline.config import Config
 
 _ID_AXES = ("scorer", "reverse_source", "hidden_size", "seed")
-_GRID_EXCLUDED = {"grid", "only", "allow_partial"}
+GRID_SETTINGS = {"grid", "grid_include", "only", "allow_partial"}
+"""``train`` keys that shape the sweep rather than a variant (not part of its config)."""
+_GRID_EXCLUDED = GRID_SETTINGS
 _SHORT = {"learning_rate": "lr", "embedding_size": "e", "batch_tokens": "bt"}
 
 
@@ -49,13 +51,31 @@ class Variant:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _section_of(axis: str) -> str:
+def _validate_axes(config: Config, where: str, grid: dict[str, list[Any]]) -> None:
+    base = {"model": config.model.model_dump(), "train": config.train.model_dump()}
+    if not grid and where != "train.grid":
+        raise ConfigError(f"{where}: must name at least one axis")
+    for axis, values in grid.items():
+        if not values:
+            raise ConfigError(f"{where}.{axis}: must be a non-empty list")
+        section = _section_of(axis, where)
+        cls = ModelConfig if section == "model" else TrainConfig
+        for index, value in enumerate(values):
+            data = dict(base[section], **{axis: value})
+            try:
+                build(cls, data)
+            except ConfigError as err:
+                message = str(err).split(": ", 1)[-1]
+                raise ConfigError(f"{where}.{axis}[{index}]: {message}") from None
+
+
+def _section_of(axis: str, where: str = "train.grid") -> str:
     if axis in ModelConfig.model_fields:
         return "model"
     if axis in TrainConfig.model_fields and axis not in _GRID_EXCLUDED:
         return "train"
     known = sorted(set(ModelConfig.model_fields) | (set(TrainConfig.model_fields) - _GRID_EXCLUDED))
-    raise ConfigError(f"train.grid.{axis}: unknown axis; known: {', '.join(known)}")
+    raise ConfigError(f"{where}.{axis}: unknown axis; known: {', '.join(known)}")
 
 
 def _format_value(value: Any) -> str:
@@ -78,19 +98,10 @@ def variant_id(model: ModelConfig, train: TrainConfig, axes: dict[str, Any]) -> 
 
 def validate_grid(config: Config) -> None:
     """Check every axis name and value; raise ConfigError naming ``train.grid.<axis>[i]``."""
-    base = {"model": config.model.model_dump(), "train": config.train.model_dump()}
-    for axis, values in config.train.grid.items():
-        if not values:
-            raise ConfigError(f"train.grid.{axis}: must be a non-empty list")
-        section = _section_of(axis)
-        cls = ModelConfig if section == "model" else TrainConfig
-        for index, value in enumerate(values):
-            data = dict(base[section], **{axis: value})
-            try:
-                build(cls, data)
-            except ConfigError as err:
-                message = str(err).split(": ", 1)[-1]
-                raise ConfigError(f"train.grid.{axis}[{index}]: {message}") from None
+    grids = [("train.grid", config.train.grid)]
+    grids += [(f"train.grid_include[{i}]", g) for i, g in enumerate(config.train.grid_include)]
+    for where, grid in grids:
+        _validate_axes(config, where, grid)
     ids = [v.id for v in expand_grid(config)]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
@@ -101,10 +112,22 @@ def validate_grid(config: Config) -> None:
 
 
 def expand_grid(config: Config) -> list[Variant]:
-    """All grid points in a stable order (axes in params order, values in list order)."""
-    axes = list(config.train.grid)
+    """All grid points in a stable order (axes in params order, values in list order),
+    then the points of each ``train.grid_include`` entry not already in the grid."""
+    variants = _points(config, config.train.grid)
+    seen = {v.id for v in variants}
+    for grid in config.train.grid_include:
+        for variant in _points(config, grid):
+            if variant.id not in seen:
+                variants.append(variant)
+                seen.add(variant.id)
+    return variants
+
+
+def _points(config: Config, grid: dict[str, list[Any]]) -> list[Variant]:
+    axes = list(grid)
     variants = []
-    for values in itertools.product(*(config.train.grid[a] for a in axes)):
+    for values in itertools.product(*(grid[a] for a in axes)):
         point = dict(zip(axes, values))
         model_over = {a: v for a, v in point.items() if _section_of(a) == "model"}
         train_over = {a: v for a, v in point.items() if _section_of(a) == "train"}

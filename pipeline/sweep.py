@@ -53,7 +53,7 @@ from pipeline.cluster import (
 )
 from pipeline.config import Config
 from pipeline.data.tokenized import TokenizedData
-from pipeline.grid import Variant, expand_grid, select
+from pipeline.grid import GRID_SETTINGS, Variant, expand_grid, select
 from pipeline.infra import Infra
 from pipeline.io import write_json
 from pipeline.sweep_mlflow import MlflowCallback
@@ -398,6 +398,7 @@ def _write_summary(models_dir: Path, specs, outcomes, data_hash: str) -> None:
                 **outcomes[variant_id].summary,
                 "axes": spec.variant.axes,
                 "model": spec.variant.model.model_dump(),
+                "train": spec.variant.train.model_dump(exclude=GRID_SETTINGS),
             }
             for variant_id, spec in specs.items()
         },

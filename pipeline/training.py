@@ -3,15 +3,18 @@
 ``out_dir`` receives:
 
 - ``checkpoint.pt``: the best model so far (see ``pipeline.models.checkpoint``);
-- ``last.pt``: everything needed to continue (weights, Adam, progress, RNG state), written
-  after every evaluation; ``train_variant(..., resume=True)`` continues from it and, on
-  CPU, ends with the same weights and history as an uninterrupted run;
-- ``history.csv``: one row per epoch (:data:`HISTORY_FIELDS`); ``config.json``.
+- ``last.pt``: everything needed to continue (weights, Adam, learning-rate scheduler,
+  early-stopping state, progress, RNG state), written after every evaluation;
+  ``train_variant(..., resume=True)`` continues from it and, on CPU, ends with the same
+  weights and history as an uninterrupted run;
+- ``history.csv``: one row per evaluation (:data:`HISTORY_FIELDS`); ``config.json``.
 
-The best epoch is chosen by ``train.early_stopping_metric`` (dev loss, or sacreBLEU of
-greedy decoding of the first ``dev_bleu_sentences`` dev sentences). Patience and learning
-rate decay count epochs without improvement; ``eval_every_steps`` adds mid-epoch
-evaluations, which can only improve the best checkpoint. The caller sets torch's threads.
+Training is evaluated on dev at every epoch end and, with ``eval_every_steps``, every N
+optimizer steps. The best checkpoint is chosen by ``train.early_stopping_metric`` (dev
+loss, or sacreBLEU of greedy decoding of the first ``dev_bleu_sentences`` dev sentences).
+Learning-rate decay (torch's ``ReduceLROnPlateau``) and early stopping (:class:`Plateau`)
+count evaluations without an improvement of more than ``min_delta``. The caller sets
+torch's threads.
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from sacrebleu.metrics import BLEU
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 from tqdm import tqdm
 
 from pipeline.artifacts import VariantFiles
+from pipeline.config import TrainConfig
 from pipeline.data.batching import epoch_batches, make_batch, padding_fraction, token_batches
 from pipeline.data.tokenized import SubwordTokenizer, TokenizedData, TokenizedSplit
 from pipeline.grid import Variant
@@ -46,9 +51,13 @@ logger = logging.getLogger(__name__)
 
 HISTORY_FIELDS = (
     "epoch", "step", "train_loss", "dev_loss", "dev_bleu", "tokens_per_s", "learning_rate",
-    "wall_time",
+    "wall_time", "epochs", "end_of_epoch",
 )  # fmt: skip
-LAST_FORMAT = 1
+"""``history.csv`` columns, one row per evaluation: ``epoch`` is the epoch in progress,
+``epochs`` the fraction of epochs done (1.33: a third into epoch 2), ``end_of_epoch`` 1 at
+an epoch end; ``train_loss`` and ``tokens_per_s`` cover the steps since the previous row,
+``learning_rate`` is the rate those steps used."""
+LAST_FORMAT = 2  # 2: per-evaluation history, scheduler and early-stopping state
 CHECK_EVERY_STEPS = 16
 """Steps between reads of the loss for the divergence check: one host-device transfer per
 16 steps instead of a synchronisation every step (no checkpoint is written in between)."""
@@ -65,7 +74,7 @@ class TrainResult:
     best_step: int
     best_dev_loss: float
     best_dev_bleu: float
-    epochs_run: int
+    epochs_run: int  # epochs started
     steps: int
     wall_time_s: float
     tokens_per_s: float  # real target tokens per second of training steps
@@ -74,25 +83,104 @@ class TrainResult:
     stop_reason: str  # max_epochs | early_stopping | max_steps | time_budget
     history: list[dict[str, float]]
     resumed_at_step: int = 0  # step of the resume state this run continued from (0: none)
+    evaluations: int = 0  # dev evaluations (rows of the history)
+    plateaued: bool = False  # stopped by early stopping: the dev metric had plateaued
+
+
+@dataclass
+class Meter:
+    """Training work summed over steps."""
+
+    loss_sum: float = 0.0  # training loss summed over target tokens
+    tokens: int = 0  # real target tokens
+    seconds: float = 0.0  # time in training steps (not in evaluations)
+
+    def add(self, loss_sum: float = 0.0, tokens: int = 0, seconds: float = 0.0) -> None:
+        self.loss_sum += loss_sum
+        self.tokens += tokens
+        self.seconds += seconds
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / max(self.tokens, 1)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+
+@dataclass
+class Best:
+    """The best evaluation so far: the one ``checkpoint.pt`` holds."""
+
+    value: float  # the early-stopping metric, higher is better (dev BLEU, or -dev loss)
+    epoch: int
+    step: int
+    dev_loss: float
+    dev_bleu: float
+    wall_time: float
+
+
+@dataclass
+class Plateau:
+    """Early stopping: counts evaluations without an improvement of more than
+    ``min_delta`` over the best value seen (as ``ReduceLROnPlateau`` with
+    ``threshold_mode="abs"``); ``exhausted`` after ``patience`` of them in a row."""
+
+    patience: int
+    min_delta: float = 0.0
+    mode: Literal["min", "max"] = "max"
+    best: float | None = None  # last value that counted as an improvement
+    bad: int = 0  # evaluations since
+
+    def update(self, value: float) -> bool:
+        """Record one evaluation; True if it improved on ``best`` by more than min_delta."""
+        if self.best is None or self._better(value):
+            self.best, self.bad = value, 0
+            return True
+        self.bad += 1
+        return False
+
+    def _better(self, value: float) -> bool:
+        if self.mode == "max":
+            return value > self.best + self.min_delta
+        return value < self.best - self.min_delta
+
+    @property
+    def exhausted(self) -> bool:
+        return self.bad >= self.patience
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best, self.bad = state["best"], state["bad"]
 
 
 @dataclass
 class Progress:
     """Where training stands; saved in ``last.pt`` (plain values only)."""
 
-    learning_rate: float
     epoch: int = 1
     batch_position: int = 0  # batches of ``epoch`` already trained
     step: int = 0
     wall_time: float = 0.0
-    totals: list[float] = field(default_factory=lambda: [0.0, 0, 0.0])  # loss, tokens, s
-    row_start: list[float] = field(default_factory=lambda: [0.0, 0, 0.0])  # totals at last row
-    best: dict[str, float] = field(default_factory=dict)  # value, epoch, step, dev_*
-    improved_this_epoch: bool = False
-    bad_epochs: int = 0
-    epochs_since_decay: int = 0
+    total: Meter = field(default_factory=Meter)  # the whole run
+    window: Meter = field(default_factory=Meter)  # since the last history row
+    best: Best | None = None
     stop_reason: str = ""
     history: list[dict[str, float]] = field(default_factory=list)
+
+    def count(self, loss_sum: float = 0.0, tokens: int = 0, seconds: float = 0.0) -> None:
+        self.total.add(loss_sum, tokens, seconds)
+        self.window.add(loss_sum, tokens, seconds)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Progress:
+        """The inverse of ``dataclasses.asdict``."""
+        best = state["best"] and Best(**state["best"])
+        meters = {"total": Meter(**state["total"]), "window": Meter(**state["window"])}
+        return cls(**{**state, **meters, "best": best})
 
 
 def train_variant(
@@ -105,7 +193,7 @@ def train_variant(
     resume: bool = True,
 ) -> TrainResult:
     """Train ``variant`` on ``data`` (or the ``data/tok`` folder it names) into ``out_dir``;
-    ``callback(row)`` after each epoch, once its files in ``out_dir`` are written."""
+    ``callback(row)`` after each evaluation, once its files in ``out_dir`` are written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not isinstance(data, TokenizedData):
@@ -124,6 +212,19 @@ def make_optimizer(model: torch.nn.Module, learning_rate: float) -> torch.optim.
     """Adam with the fused (single-kernel) update: 2.7 ms instead of 16.1 ms per step for
     the additive h256 model on one CPU thread (docs/benchmarks.md); the same update rule."""
     return torch.optim.Adam(model.parameters(), lr=learning_rate, fused=True)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> ReduceLROnPlateau | None:
+    """Multiply the learning rate by ``lr_decay`` once more than ``lr_patience`` evaluations
+    in a row brought no improvement of more than ``min_delta`` (``lr_patience`` 0: at each
+    such evaluation); stepped with the early-stopping metric, higher is better. None for
+    ``lr_decay`` 1 (torch's scheduler needs a factor below 1)."""
+    if cfg.lr_decay >= 1:
+        return None
+    return ReduceLROnPlateau(
+        optimizer, mode="max", factor=cfg.lr_decay, patience=cfg.lr_patience,
+        threshold=cfg.min_delta, threshold_mode="abs",
+    )  # fmt: skip
 
 
 def dev_loss(
@@ -159,55 +260,91 @@ def dev_bleu(
     return BLEU().corpus_score(tokenizer.decode(hypotheses), [references]).score
 
 
+def write_history(path: Path, rows: list[dict[str, float]]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=HISTORY_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buffer.getvalue())
+
+
+class _DevSet:
+    """The dev split as training evaluates it: loss over all of it, BLEU of greedy
+    decoding of its first ``dev_bleu_sentences`` sentences."""
+
+    def __init__(self, data: TokenizedData, cfg: TrainConfig):
+        self.cfg, self.split, self.tokenizer = cfg, data.split("dev"), data.tgt_tokenizer
+        self.batches = token_batches(self.split.src_lengths, self.split.tgt_lengths,
+                                     cfg.batch_tokens)  # fmt: skip
+        size = min(len(self.split), cfg.dev_bleu_sentences)
+        self.bleu_split = self.split.subset(np.arange(size))
+
+    def metrics(self, model: Seq2Seq, device, precision: str) -> dict[str, float]:
+        loss = dev_loss(model, self.split, self.batches, device, precision)
+        bleu = dev_bleu(model, self.bleu_split, self.tokenizer,
+                        max_ratio=self.cfg.max_decode_ratio, device=device,
+                        precision=precision)  # fmt: skip
+        return {"dev_loss": loss, "dev_bleu": bleu}
+
+
 class _Trainer:
+    """One variant's training loop: epochs of steps, evaluations, checkpoints, resume."""
+
     def __init__(self, variant: Variant, data: TokenizedData, out_dir: Path, callback, device):
-        self.variant, self.cfg, self.out_dir = variant, variant.train, out_dir
+        self.variant, self.cfg, self.files = variant, variant.train, VariantFiles(out_dir)
         self.callback, self.device = callback, device
         self.precision = resolve(self.cfg.precision, device)  # fp32 | bf16
         self._pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # unchecked steps
-        self.train_split, self.dev_split = data.split("train"), data.split("dev")
-        self.tokenizer, self.vocab = data.tgt_tokenizer, VocabInfo.from_data(data)
+        self.train_split, self.dev = data.split("train"), _DevSet(data, self.cfg)
+        self.vocab = VocabInfo.from_data(data)
         self.config_hash = variant.config_hash(data.fingerprint())
-        size = min(len(self.dev_split), self.cfg.dev_bleu_sentences)
-        self.bleu_split = self.dev_split.subset(np.arange(size))
-        dev = self.dev_split
-        self.dev_batches = token_batches(dev.src_lengths, dev.tgt_lengths, self.cfg.batch_tokens)
         torch.manual_seed(self.cfg.seed)
         self.model = Seq2Seq(variant.model, self.vocab.src_vocab_size, self.vocab.tgt_vocab_size)
         self.model.to(device)
         self.optimizer = make_optimizer(self.model, self.cfg.learning_rate)
-        self.progress = Progress(learning_rate=self.cfg.learning_rate)
+        self.scheduler = make_scheduler(self.optimizer, self.cfg)
+        self.plateau = Plateau(self.cfg.patience, self.cfg.min_delta, mode="max")
+        self.progress = Progress()
         self._wall_base, self._session_start = 0.0, time.perf_counter()
         self.resumed_at_step = 0
 
-    # ------------------------------------------------------------------ epoch loop
+    # ------------------------------------------------------------------ training
     def run(self) -> None:
         while not self.progress.stop_reason:
             self._train_epoch()
 
     def _train_epoch(self) -> None:
+        """The rest of the current epoch, then its final evaluation (unless early stopping
+        already ended training at a mid-epoch one)."""
         p, cfg = self.progress, self.cfg
         batches = epoch_batches(self.train_split, cfg.batch_tokens, seed=cfg.seed, epoch=p.epoch)
-        padding = padding_fraction(self.train_split, batches)
         logger.info("%s epoch %d: %d batches, padding %s", self.variant.id, p.epoch, len(batches),
-                    _format(padding))  # fmt: skip
-        quiet, reverse = not sys.stderr.isatty(), self.variant.model.reverse_source
-        bar = tqdm(total=len(batches), initial=p.batch_position, leave=False, disable=quiet)
+                    _format(padding_fraction(self.train_split, batches)))  # fmt: skip
+        quiet = not sys.stderr.isatty()
+        with tqdm(total=len(batches), initial=p.batch_position, leave=False, disable=quiet) as bar:
+            stopped = self._train_batches(batches, bar)
+        if not stopped:
+            self._evaluate(len(batches))
+
+    def _train_batches(self, batches: list[np.ndarray], bar) -> bool:
+        """Train from ``batch_position`` to the epoch end or a budget, with the mid-epoch
+        evaluations; True if one of them stopped training."""
+        p, every = self.progress, self.cfg.eval_every_steps
+        reverse = self.variant.model.reverse_source
         for position in range(p.batch_position, len(batches)):
             batch = make_batch(self.train_split, batches[position], reverse_source=reverse)
             self._train_step(batch.to(self.device))
             p.batch_position = position + 1
             bar.update()
             if self._budget_spent():
-                break
-            every = cfg.eval_every_steps
+                return False
             if every and p.step % every == 0 and p.batch_position < len(batches):
-                self._evaluate(end_of_epoch=False)
-        bar.close()
-        self._evaluate(end_of_epoch=True)
+                self._evaluate(len(batches))
+                if p.stop_reason:
+                    return True
+        return False
 
     def _train_step(self, batch) -> None:
-        p = self.progress
         start = time.perf_counter()
         self.model.train()
         with autocast(self.precision, self.device):
@@ -216,12 +353,11 @@ class _Trainer:
         (loss_sum / tokens).backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
         self.optimizer.step()
-        p.step += 1
-        self._pending.append((p.step, loss_sum.detach(), norm.detach()))
+        self.progress.step += 1
+        self._pending.append((self.progress.step, loss_sum.detach(), norm.detach()))
         if len(self._pending) >= CHECK_EVERY_STEPS:
             self._check_pending()
-        p.totals[1] += tokens
-        p.totals[2] += time.perf_counter() - start
+        self.progress.count(tokens=tokens, seconds=time.perf_counter() - start)
 
     def _check_pending(self) -> None:
         """Read the losses and gradient norms of the unchecked steps in one host-device
@@ -236,7 +372,7 @@ class _Trainer:
                 raise self._diverged(f"loss is {loss}", step)
             if not math.isfinite(norm):
                 raise self._diverged(f"gradient norm is {norm}", step)
-        self.progress.totals[0] += math.fsum(values[0])
+        self.progress.count(loss_sum=math.fsum(values[0]))
 
     def _budget_spent(self) -> bool:
         p, cfg = self.progress, self.cfg
@@ -247,65 +383,63 @@ class _Trainer:
         return bool(p.stop_reason)
 
     # ------------------------------------------------------------------ evaluation
-    def _evaluate(self, end_of_epoch: bool) -> None:
+    def _evaluate(self, epoch_batches: int) -> None:
+        """Evaluate on dev at ``batch_position`` of an epoch of ``epoch_batches``: best
+        checkpoint, history row, learning rate and stopping, resume state, callback."""
         start = time.perf_counter()
         self._check_pending()  # on a GPU: waits for the queued steps, so they are timed
-        self.progress.totals[2] += time.perf_counter() - start
-        p, model, device, dtype = self.progress, self.model, self.device, self.precision
-        metrics = {
-            "dev_loss": dev_loss(model, self.dev_split, self.dev_batches, device, dtype),
-            "dev_bleu": dev_bleu(model, self.bleu_split, self.tokenizer,
-                                 max_ratio=self.cfg.max_decode_ratio, device=device,
-                                 precision=dtype),
-        }  # fmt: skip
+        self.progress.count(seconds=time.perf_counter() - start)
+        metrics = self.dev.metrics(self.model, self.device, self.precision)
         if not math.isfinite(metrics["dev_loss"]):
             raise self._diverged(f"dev loss is {metrics['dev_loss']}")
         bleu = self.cfg.early_stopping_metric == "bleu"
         value = metrics["dev_bleu"] if bleu else -metrics["dev_loss"]  # higher is better
-        if not p.best or value > p.best["value"]:
-            p.best, p.improved_this_epoch = {"value": value, "epoch": p.epoch, "step": p.step}, True
-            p.best.update(metrics)
-            path = VariantFiles(self.out_dir).checkpoint
-            save_checkpoint(path, model, self.vocab, self.variant.id, extra=p.best)
-        if not end_of_epoch:
-            logger.info("%s step %d: %s", self.variant.id, p.step, _format(metrics))
-            self._save_last()
-            return
-        row = self._epoch_row(metrics)
-        self._end_epoch()
+        self._keep_if_best(value, metrics)
+        row = self._history_row(metrics, epoch_batches)
+        self._after_evaluation(value, end_of_epoch=bool(row["end_of_epoch"]))
         self._save_last()
-        self._write_history()
+        write_history(self.files.history, self.progress.history)
         if self.callback is not None:
             self.callback(dict(row))
 
-    def _epoch_row(self, metrics: dict[str, float]) -> dict[str, float]:
+    def _keep_if_best(self, value: float, metrics: dict[str, float]) -> None:
+        """Save the model as ``checkpoint.pt`` if ``value`` beats the best so far (by any
+        margin: ``min_delta`` only decides what counts as progress for the plateau)."""
         p = self.progress
-        loss, tokens, seconds = (now - then for now, then in zip(p.totals, p.row_start))
-        row = {"epoch": p.epoch, "step": p.step, "train_loss": loss / max(tokens, 1), **metrics,
-               "tokens_per_s": tokens / max(seconds, 1e-9), "learning_rate": p.learning_rate,
-               "wall_time": self._wall_time()}  # fmt: skip
+        if p.best is not None and value <= p.best.value:
+            return
+        p.best = Best(value, p.epoch, p.step, metrics["dev_loss"], metrics["dev_bleu"],
+                      self._wall_time())  # fmt: skip
+        save_checkpoint(self.files.checkpoint, self.model, self.vocab, self.variant.id,
+                        extra=asdict(p.best))  # fmt: skip
+
+    def _history_row(self, metrics: dict[str, float], epoch_batches: int) -> dict[str, float]:
+        p = self.progress
+        row = {"epoch": p.epoch, "step": p.step, "train_loss": p.window.loss, **metrics,
+               "tokens_per_s": p.window.tokens_per_s, "learning_rate": self._learning_rate(),
+               "wall_time": self._wall_time(),
+               "epochs": round(p.epoch - 1 + p.batch_position / max(epoch_batches, 1), 4),
+               "end_of_epoch": int(p.batch_position >= epoch_batches)}  # fmt: skip
         p.history.append(row)
-        p.row_start = list(p.totals)
-        logger.info("%s epoch %d: %s", self.variant.id, p.epoch, _format(row))
+        p.window = Meter()
+        logger.info("%s epoch %.2f step %d: %s", self.variant.id, row["epochs"], p.step,
+                    _format(row))  # fmt: skip
         return row
 
-    def _end_epoch(self) -> None:
-        """Plateau bookkeeping: learning-rate decay, early stopping, epoch budget."""
-        p, cfg = self.progress, self.cfg
-        improved, p.improved_this_epoch = p.improved_this_epoch, False
-        p.bad_epochs = 0 if improved else p.bad_epochs + 1
-        p.epochs_since_decay = 0 if improved else p.epochs_since_decay + 1
-        if p.epochs_since_decay > cfg.lr_patience:
-            p.learning_rate *= cfg.lr_decay
-            p.epochs_since_decay = 0
-            for group in self.optimizer.param_groups:
-                group["lr"] = p.learning_rate
-        if not p.stop_reason and p.bad_epochs >= cfg.patience:
+    def _after_evaluation(self, value: float, end_of_epoch: bool) -> None:
+        """Learning-rate decay, early stopping and the epoch budget after an evaluation
+        whose early-stopping metric (higher is better) is ``value``."""
+        p = self.progress
+        if self.scheduler is not None:
+            self.scheduler.step(value)
+        self.plateau.update(value)
+        if not p.stop_reason and self.plateau.exhausted:
             p.stop_reason = "early_stopping"
-        if not p.stop_reason and p.epoch >= cfg.max_epochs:
-            p.stop_reason = "max_epochs"
-        if not p.stop_reason:
-            p.epoch, p.batch_position = p.epoch + 1, 0
+        if end_of_epoch and not p.stop_reason:
+            if p.epoch >= self.cfg.max_epochs:
+                p.stop_reason = "max_epochs"
+            else:
+                p.epoch, p.batch_position = p.epoch + 1, 0
 
     # ------------------------------------------------------------------ persistence
     def _save_last(self) -> None:
@@ -316,15 +450,17 @@ class _Trainer:
             "precision": self.precision,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+            "plateau": self.plateau.state_dict(),
             "progress": asdict(self.progress),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
-        atomic_torch_save(payload, VariantFiles(self.out_dir).last)
+        atomic_torch_save(payload, self.files.last)
 
     def restore(self) -> bool:
-        """Continue from ``last.pt`` if it exists and matches this config and data."""
-        path = VariantFiles(self.out_dir).last
+        """Continue from ``last.pt`` if it exists and matches this config, data and format."""
+        path = self.files.last
         if not path.is_file():
             return False
         state = torch.load(path, map_location=self.device, weights_only=True)
@@ -336,7 +472,10 @@ class _Trainer:
                            state["precision"], self.precision, self.cfg.precision)  # fmt: skip
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.progress = Progress(**state["progress"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.plateau.load_state_dict(state["plateau"])
+        self.progress = Progress.from_state(state["progress"])
         torch.set_rng_state(state["torch_rng"].cpu())
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
@@ -345,14 +484,10 @@ class _Trainer:
         logger.info("%s: resumed from %s at step %d", self.variant.id, path, self.progress.step)
         return True
 
-    def _write_history(self) -> None:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=HISTORY_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(self.progress.history)
-        write_text(VariantFiles(self.out_dir).history, buffer.getvalue())
-
     # ------------------------------------------------------------------ helpers
+    def _learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
     def _wall_time(self) -> float:
         return self._wall_base + time.perf_counter() - self._session_start
 
@@ -362,24 +497,27 @@ class _Trainer:
         return TrainingDivergedError(f"variant {name}: {what} at epoch {p.epoch} step {step}")
 
     def result(self) -> TrainResult:
-        p = self.progress
+        p, best = self.progress, self.progress.best
         return TrainResult(
             variant_id=self.variant.id,
-            best_epoch=int(p.best.get("epoch", 0)),
-            best_step=int(p.best.get("step", 0)),
-            best_dev_loss=float(p.best.get("dev_loss", math.nan)),
-            best_dev_bleu=float(p.best.get("dev_bleu", math.nan)),
+            best_epoch=best.epoch if best else 0,
+            best_step=best.step if best else 0,
+            best_dev_loss=best.dev_loss if best else math.nan,
+            best_dev_bleu=best.dev_bleu if best else math.nan,
             epochs_run=int(p.history[-1]["epoch"]) if p.history else 0,
             steps=p.step,
             wall_time_s=p.wall_time,
-            tokens_per_s=p.totals[1] / max(p.totals[2], 1e-9),
+            tokens_per_s=p.total.tokens_per_s,
             parameter_count=self.model.num_parameters(),
             precision=self.precision,
             stop_reason=p.stop_reason,
             history=list(p.history),
             resumed_at_step=self.resumed_at_step,
+            evaluations=len(p.history),
+            plateaued=p.stop_reason == "early_stopping",
         )
 
 
 def _format(values: dict[str, float]) -> str:
-    return " ".join(f"{k} {v:.4g}" for k, v in values.items() if k not in ("epoch", "step"))
+    skip = ("epoch", "step", "epochs", "end_of_epoch")
+    return " ".join(f"{k} {v:.4g}" for k, v in values.items() if k not in skip)

@@ -23,8 +23,9 @@ TARGETS.append([SOURCES[-1][0] + 7])
 # (scorer, wiring, extra config) - every scorer, both wirings, input feeding, LSTM,
 # bidirectional/multi-layer encoders and source reversal are all made to overfit.
 OVERFIT_CASES = [
-    ("none", "luong", {}),
-    ("none", "luong", {"reverse_source": True}),
+    ("none", "luong", {}),  # baseline: rnnencdec (Cho 2014)
+    ("none", "luong", {"baseline": "init_only", "reverse_source": True}),  # Sutskever 2014
+    ("none", "luong", {"reverse_source": True, "cell": "lstm"}),
     ("dot", "luong", {}),
     ("scaled_dot", "luong", {}),
     ("general", "luong", {"input_feeding": True}),
@@ -88,6 +89,43 @@ def test_logits_shape_and_padding_never_leaks(wiring, tiny_model_config):
         alone = make_batch(TokenizedSplit.from_sequences(SOURCES, TARGETS), np.array([row]))
         length = len(TARGETS[row]) + 1
         torch.testing.assert_close(model(alone)[0], logits[row, :length], rtol=1e-5, atol=1e-5)
+
+
+# every decoder kind: both no-attention baselines, both wirings, input feeding, stacks
+STEP_CASES = [
+    {"scorer": "none"},
+    {"scorer": "none", "baseline": "init_only"},
+    {"scorer": "none", "cell": "lstm", "layers": 2, "bidirectional": True},
+    {"scorer": "none", "baseline": "init_only", "cell": "lstm", "layers": 2},
+    {"scorer": "dot"},
+    {"scorer": "general", "input_feeding": True},
+    {"scorer": "additive", "wiring": "bahdanau", "cell": "lstm", "layers": 2},
+]
+
+
+@pytest.mark.parametrize("overrides", STEP_CASES, ids=lambda o: "-".join(map(str, o.values())))
+def test_teacher_forcing_equals_step_by_step_decoding(overrides, tiny_model_config):
+    """The fused teacher-forced pass and T calls of ``step`` (what search runs) compute
+    the same log-probabilities and attention at every real target position."""
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_model_config(**overrides), VOCAB, VOCAB).eval()
+    batch = _toy_batch()
+    with torch.no_grad():
+        logits, attention = model.teacher_forced(batch)  # (B, T, V)
+        memory, state = model.encode(batch.src, batch.src_lengths, batch.src_mask)
+        steps, weights = [], []
+        for t in range(batch.tgt_in.size(1)):
+            log_probs, state, weight = model.step(batch.tgt_in[:, t], memory, state)
+            steps.append(log_probs)
+            weights.append(weight)
+    real = batch.tgt_out != PAD_ID  # (B, T)
+    expected = torch.log_softmax(logits, dim=-1)[real]
+    torch.testing.assert_close(torch.stack(steps, dim=1)[real], expected, rtol=1e-5, atol=1e-5)
+    if overrides["scorer"] == "none":
+        assert attention is None and all(w is None for w in weights)
+    else:
+        stepped = torch.stack(weights, dim=1)[real]
+        torch.testing.assert_close(stepped, attention[real], rtol=1e-5, atol=1e-5)
 
 
 def test_loss_counts_real_tokens_and_label_smoothing_raises_it(tiny_model_config):

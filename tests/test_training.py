@@ -97,16 +97,23 @@ def test_resume_after_interruption_matches_uninterrupted_run(
 ):
     variant = make_variant("general", eval_every_steps=eval_every_steps, lr_patience=0)
     reference = train_variant(variant, tiny_tok_dir, tmp_path / "reference")
+    seen = []
 
-    def crash_after_epoch_two(row):
+    def crash_at_first_row_of_epoch_two(row):  # mid-epoch with eval_every_steps
+        seen.append(row)
         if row["epoch"] == 2:
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=crash_after_epoch_two)
+        train_variant(
+            variant, tiny_tok_dir, tmp_path / "run", callback=crash_at_first_row_of_epoch_two
+        )
+    assert seen[-1]["end_of_epoch"] == (eval_every_steps == 0)
     rows = []
     resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=rows.append)
-    assert [row["epoch"] for row in rows] == [3]  # only the missing epoch was trained
+    assert resumed.resumed_at_step == seen[-1]["step"]
+    # only the missing evaluations were run
+    assert [r["step"] for r in rows] == [r["step"] for r in reference.history[len(seen) :]]
     _same_history(resumed.history, reference.history)
     assert resumed.steps == reference.steps and resumed.best_epoch == reference.best_epoch
     for name in ("checkpoint.pt", "last.pt"):
@@ -115,9 +122,22 @@ def test_resume_after_interruption_matches_uninterrupted_run(
         key = "state_dict" if name == "checkpoint.pt" else "model"
         for parameter in reference_state[key]:
             assert torch.equal(reference_state[key][parameter], resumed_state[key][parameter])
+    assert resumed_state["scheduler"] == reference_state["scheduler"]
+    assert resumed_state["plateau"] == reference_state["plateau"]
     # a finished run resumes to the same result without training again
+    count = len(rows)
     again = train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=rows.append)
-    assert len(rows) == 1 and again.steps == resumed.steps
+    assert len(rows) == count and again.steps == resumed.steps
+
+
+def test_resume_state_of_an_older_format_is_ignored(make_variant, tiny_tok_dir, tmp_path, caplog):
+    variant = make_variant("dot", max_epochs=1)
+    first = train_variant(variant, tiny_tok_dir, tmp_path)
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    torch.save({**state, "format": training.LAST_FORMAT - 1}, tmp_path / "last.pt")
+    again = train_variant(variant, tiny_tok_dir, tmp_path)
+    assert again.resumed_at_step == 0 and again.steps == first.steps
+    assert "starting dot-rev-h32-s1 afresh" in caplog.text
 
 
 def test_resume_false_starts_over(make_variant, tiny_tok_dir, tmp_path):

@@ -5,8 +5,10 @@ softmax and the context vector are computed once, in :func:`attend`. Whatever a 
 can compute from the encoder outputs alone (``U h_j``, ``W_a h_s``) it computes in
 ``precompute(keys)``, which the decoder calls once per batch, before its decoding loop.
 
-``none`` maps to ``None``: the no-attention baseline has no scorer, no context and no
-attention parameters at all (Sutskever 2014, Cho 2014); see ``decoder.PlainDecoder``.
+``none`` maps to ``None``: the no-attention baseline has no scorer and no attention
+parameters. Its decoder sees one fixed summary c of the source, at every step and in
+the readout (``model.baseline: rnnencdec``, Cho 2014; ``decoder.RNNEncDecDecoder``) or
+only through its initial state (``init_only``, Sutskever 2014; ``decoder.PlainDecoder``).
 
 | name        | score(q = decoder state, k = encoder output)  | source                   |
 |-------------|-----------------------------------------------|--------------------------|

@@ -5,6 +5,7 @@ A checkpoint holds only tensors and plain Python values, so it loads with
 both subword models: loading it against different tokenizers raises a ``ValueError``
 that names the checkpoint and what differs, instead of translating garbage.
 Files are written atomically (temporary file in the same folder, then ``os.replace``).
+A saved model config without ``baseline`` predates it and loads as ``init_only``.
 """
 
 from __future__ import annotations
@@ -121,8 +122,15 @@ def load_checkpoint(
             f"{path}: checkpoint was trained with other tokenizers than the ones given "
             f"(checkpoint != given: {differences})"
         )
-    config = ModelConfig.model_validate(payload["model_config"])
+    config = ModelConfig.model_validate(_upgrade_model_config(payload["model_config"]))
     model = Seq2Seq(config, vocab.src_vocab_size, vocab.tgt_vocab_size)
     model.load_state_dict(payload["state_dict"])
     model.to(device).eval()
     return LoadedCheckpoint(model, config, vocab, payload["variant_id"], payload["extra"])
+
+
+def _upgrade_model_config(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved model config as today's ``ModelConfig`` reads it. Checkpoints written
+    before ``baseline`` existed had the init-only (Sutskever) no-attention decoder, not
+    today's default RNNencdec: they load as ``init_only``, so their weights fit."""
+    return {"baseline": "init_only", **saved}

@@ -5,9 +5,16 @@ vocabulary projection and the loss are applied once, after the recurrence, by
 ``Seq2Seq``) and offers ``step`` for search. Anything that does not depend on the
 previous step (target embeddings, projected keys) is computed before the loop.
 
-- :class:`PlainDecoder` (``scorer: none``): s_t = RNN(y_{t-1}, s_{t-1}), s_0 from the
-  encoder's final state, no context (Sutskever 2014 sec. 2, Cho 2014 sec. 2). One fused
-  RNN call over the whole target.
+- No attention (``scorer: none``), chosen by ``ModelConfig.baseline`` (:data:`BASELINES`):
+
+  - :class:`RNNEncDecDecoder` (``rnnencdec``, the default): Cho 2014's RNN Encoder-Decoder,
+    the RNNencdec of Bahdanau 2014 (app. A: "RNN Encoder-Decoder if we fix c_i"). The
+    encoder summary c enters every step: s_t = RNN([y_{t-1}; c], s_{t-1}) (Cho 2014
+    sec. 2.2: h_t = f(h_{t-1}, y_{t-1}, c)) and o_t = tanh(W_o [s_t; y_{t-1}; c]) (Cho
+    2014 sec. 2.2: P(y_t | ..) = g(h_t, y_{t-1}, c)). c is constant over time: one fused
+    RNN call over the whole target.
+  - :class:`PlainDecoder` (``init_only``): s_t = RNN(y_{t-1}, s_{t-1}), output s_t; the
+    source reaches the decoder only through s_0 (Sutskever 2014 sec. 2). One fused call.
 - :class:`BahdanauDecoder`: c_i attends with s_{i-1} and enters the RNN input; the output
   reads y_{i-1}, s_i, c_i (Bahdanau 2014 eqs. 4-6). Per-step cell loop.
 - :class:`LuongDecoder`: h_t = RNN(y_{t-1}, h_{t-1}); c_t attends with h_t; output
@@ -39,13 +46,16 @@ class DecoderState:
     hidden: torch.Tensor  # (L, B, H)
     cell: torch.Tensor | None = None  # (L, B, H), LSTM only
     feed: torch.Tensor | None = None  # (B, H) h~_{t-1}, Luong input feeding only
+    summary: torch.Tensor | None = None  # (B, H) encoder summary c, ``rnnencdec`` only
 
     def select(self, rows: torch.Tensor) -> DecoderState:
-        """The states of batch rows ``rows`` (beam reordering)."""
+        """The states of batch rows ``rows`` (beam expansion and reordering; the constant
+        summary c travels with its row like the recurrent state)."""
         return DecoderState(
             self.hidden[:, rows],
             None if self.cell is None else self.cell[:, rows],
             None if self.feed is None else self.feed[rows],
+            None if self.summary is None else self.summary[rows],
         )
 
     def rnn_state(self) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -128,7 +138,8 @@ class Decoder(nn.Module):
 
 
 class PlainDecoder(Decoder):
-    """No attention (Sutskever 2014 sec. 2): s_t = RNN(y_{t-1}, s_{t-1}), output s_t."""
+    """``baseline: init_only`` (Sutskever 2014 sec. 2): s_0 = tanh(W_s h_S) (``Bridge``),
+    s_t = RNN(y_{t-1}, s_{t-1}), output s_t. No context after the first state."""
 
     def __init__(self, config: ModelConfig, vocab_size: int, scorer: None = None):
         super().__init__(config, vocab_size, None)
@@ -141,6 +152,60 @@ class PlainDecoder(Decoder):
     def step(self, tokens, memory, state):
         outputs, final = self.rnn(self.embed(tokens).unsqueeze(1), state.rnn_state())
         return self.dropout(outputs[:, 0]), _state_from_rnn(final), None
+
+
+class RNNEncDecDecoder(Decoder):
+    """``baseline: rnnencdec``: Cho 2014 sec. 2.2, the RNNencdec of Bahdanau 2014 (app. A:
+    "the model becomes RNN Encoder-Decoder if we fix c_i").
+
+    - c = the encoder summary, the top layer's final hidden state (B, H) (Bahdanau 2014
+      app. A fixes c_i to h_{T_x}; a bidirectional encoder's state has both directions
+      concatenated, the same vector the ``Bridge`` reads), with dropout as the encoder
+      outputs the attention decoders read.
+    - s_0 = tanh(W_s h_S) per layer (``Bridge``, Cho 2014 app. A.1.1 / Bahdanau app. A.2.2).
+    - s_t = RNN([E y_{t-1}; c], s_{t-1}): Cho 2014 sec. 2.2, h_t = f(h_{t-1}, y_{t-1}, c)
+      (app. A.1.2: c enters the gates and the candidate state); Bahdanau 2014 eq. 4 /
+      app. A.2.2 with c_i = c. c joins every input of the first layer; it is constant
+      over time, so teacher forcing is still one fused RNN call over the whole target.
+    - o_t = tanh(W_o [s_t; E y_{t-1}; c]) (B, T, H): Cho 2014 sec. 2.2, P(y_t | ...) =
+      g(h_t, y_{t-1}, c); Bahdanau 2014 eq. 3 / app. A.2.2 with c_i = c; a tanh layer in
+      place of the maxout, as ``BahdanauDecoder``. ``Seq2Seq`` projects o_t to the
+      vocabulary.
+
+    c lives in ``DecoderState.summary``, so ``DecoderState.select`` carries it through
+    beam expansion and reordering.
+    """
+
+    def __init__(self, config: ModelConfig, vocab_size: int, scorer: None = None):
+        super().__init__(config, vocab_size, None)
+        size = config.hidden_size
+        self.rnn = _fused_rnn(config, config.embedding_size + size)
+        self.readout = nn.Linear(2 * size + config.embedding_size, size)  # W_o
+
+    def prepare(self, encoded, src_mask):
+        memory, state = super().prepare(encoded, src_mask)
+        summary = self.dropout(encoded.hidden[-1])  # c, (B, H)
+        return memory, DecoderState(state.hidden, state.cell, summary=summary)
+
+    def _readout(self, top, embedded, summary):
+        """o_t = tanh(W_o [s_t; E y_{t-1}; c]) for (B, T, *) inputs, tanh in fp32."""
+        features = torch.cat([top, embedded, summary], dim=-1)
+        return self.dropout(torch.tanh(self.readout(features).float()))
+
+    def _run(self, embedded: torch.Tensor, state: DecoderState):
+        """embedded (B, T, E) -> o_t (B, T, H), final RNN state; one fused call."""
+        summary = state.summary.unsqueeze(1).expand(-1, embedded.size(1), -1)  # (B, T, H)
+        outputs, final = self.rnn(torch.cat([embedded, summary], dim=-1), state.rnn_state())
+        return self._readout(outputs, embedded, summary), final
+
+    def forward(self, tgt_in, memory, state):
+        output, _ = self._run(self.embed(tgt_in), state)  # (B, T, H)
+        return output, None
+
+    def step(self, tokens, memory, state):
+        output, final = self._run(self.embed(tokens).unsqueeze(1), state)  # (B, 1, H)
+        new = _state_from_rnn(final)
+        return output[:, 0], DecoderState(new.hidden, new.cell, summary=state.summary), None
 
 
 class LuongDecoder(Decoder):
@@ -246,6 +311,9 @@ class BahdanauDecoder(Decoder):
 
 WIRINGS: dict[str, type[Decoder]] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
 """Registry: ``ModelConfig.wiring`` -> attention decoder class."""
+
+BASELINES: dict[str, type[Decoder]] = {"rnnencdec": RNNEncDecDecoder, "init_only": PlainDecoder}
+"""Registry: ``ModelConfig.baseline`` -> no-attention decoder class (``scorer: none``)."""
 
 
 def _fused_rnn(config: ModelConfig, input_size: int) -> nn.RNNBase:

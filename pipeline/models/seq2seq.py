@@ -1,5 +1,8 @@
 """The encoder-decoder model: encoder, decoder (chosen by registry), vocabulary projection.
 
+The decoder is ``WIRINGS[config.wiring]`` with an attention scorer, and
+``BASELINES[config.baseline]`` (RNNencdec or init-only) with ``scorer: none``.
+
 ``loss`` runs the teacher-forced decoder over the whole target and then applies the
 vocabulary projection and the cross-entropy to all ``(B, T)`` positions in one fused,
 chunked pass (``pipeline.models.loss``).
@@ -14,7 +17,7 @@ from pipeline.config import ModelConfig
 from pipeline.data.batching import Batch
 from pipeline.data.tokenized import PAD_ID
 from pipeline.models.attention import Memory, build_scorer
-from pipeline.models.decoder import WIRINGS, DecoderState, PlainDecoder
+from pipeline.models.decoder import BASELINES, WIRINGS, DecoderState
 from pipeline.models.encoder import Encoder
 from pipeline.models.loss import projected_cross_entropy
 
@@ -42,7 +45,8 @@ class Seq2Seq(nn.Module):
             dropout=config.dropout,
         )
         scorer = build_scorer(config.scorer, config.hidden_size)
-        decoder_class = PlainDecoder if scorer is None else WIRINGS[config.wiring]
+        # no attention: the ``baseline`` decoder (RNNencdec or init-only); else the wiring
+        decoder_class = BASELINES[config.baseline] if scorer is None else WIRINGS[config.wiring]
         self.decoder = decoder_class(config, tgt_vocab_size, scorer)
         self.generator = nn.Linear(config.hidden_size, tgt_vocab_size)  # W_s (Luong eq. 6)
         if config.tie_embeddings:
