@@ -64,9 +64,7 @@ class Scorer:
         if len(hypotheses) != len(references):
             raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
         with _sacrebleu_seed(self.seed):
-            score = BLEU(trg_lang=self.target_language).corpus_score(
-                hypotheses, [references], n_bootstrap=samples
-            )
+            score = self.bleu.corpus_score(hypotheses, [references], n_bootstrap=samples)
         mean, half = getattr(score, "_mean", score.score), getattr(score, "_ci", 0.0)
         return float(score.score), float(mean - half), float(mean + half)
 

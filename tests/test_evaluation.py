@@ -8,8 +8,9 @@ from pipeline.evaluation import (
     Buckets,
     Scorer,
     attention_entropy,
+    format_p,
+    holm,
     monotonicity_gap,
-    paired_bootstrap,
     score_system,
 )
 
@@ -24,31 +25,53 @@ def test_bucket_boundaries():
     assert buckets.label(0) == "1-10" and buckets.label(5) == "51+"
 
 
-def test_scores_match_sacrebleu_and_bootstrap_is_seeded():
+def test_scores_match_sacrebleu_and_intervals_are_seeded():
     import sacrebleu
 
-    scorer = Scorer("en")
-    first = score_system(scorer, HYPS, REFS, WORDS, Buckets(), samples=200, seed=3)
-    again = score_system(scorer, HYPS, REFS, WORDS, Buckets(), samples=200, seed=3)
-    other = score_system(scorer, HYPS, REFS, WORDS, Buckets(), samples=200, seed=4)
+    first = score_system(Scorer("en", seed=3), HYPS, REFS, WORDS, Buckets(), 200, 20)
+    again = score_system(Scorer("en", seed=3), HYPS, REFS, WORDS, Buckets(), 200, 20)
+    other = score_system(Scorer("en", seed=4), HYPS, REFS, WORDS, Buckets(), 200, 20)
     assert json.dumps(first) == json.dumps(again)  # NaN-safe equality
     assert (first["bleu_low"], first["bleu_high"]) != (other["bleu_low"], other["bleu_high"])
     assert first["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
     assert first["bleu_low"] <= first["bleu"] <= first["bleu_high"]
     assert [b["sentences"] for b in first["by_length"]] == [20, 20, 10, 0, 0, 10]
     assert np.isnan(first["by_length"][3]["bleu"])
+    # the training cut at 20 words: 1-10 and 11-20 inside, the rest extrapolation
+    assert [b["training_range"] for b in first["by_length"]] == ["inside"] * 2 + ["beyond"] * 4
     assert "nrefs:1" in first["signature"]
 
 
-def test_paired_bootstrap_direction_and_significance():
-    scorer = Scorer()
-    good, bad = scorer.statistics(REFS, REFS), scorer.statistics(HYPS, REFS)
-    result = paired_bootstrap(scorer, good, bad, samples=200, seed=1)
-    reverse = paired_bootstrap(scorer, bad, good, samples=200, seed=1)
-    assert result["delta"] > 0 and result["p_value"] < 0.05
-    assert reverse["delta"] == pytest.approx(-result["delta"])
-    same = paired_bootstrap(scorer, good, good, samples=200, seed=1)
-    assert same["delta"] == 0 and same["p_value"] == 1.0
+def test_training_range_of_buckets():
+    buckets = Buckets(width=10, count=6)
+    assert [buckets.training_range(i, 30) for i in range(6)] == ["inside"] * 3 + ["beyond"] * 3
+    assert buckets.training_range(2, 25) == "beyond"  # 21-30 holds sentences over the cut
+    assert buckets.training_range(5, None) == "inside"  # no cut: every length was trained
+
+
+def test_paired_tests_direction_and_significance():
+    scorer = Scorer(seed=1)
+    worse = [h.replace("sat", "lay") if i % 2 else h for i, h in enumerate(HYPS)]
+    result = scorer.paired_tests(
+        REFS, ("base", HYPS), {"good": REFS, "bad": worse}, ar_trials=500, bootstrap_samples=200
+    )
+    assert result["good"]["delta"] > 0 > result["bad"]["delta"]
+    for name in ("good", "bad"):
+        assert 0 < result[name]["p_ar"] < 0.05 and 0 < result[name]["p_bs"] < 0.05
+    assert result["good"]["p_ar"] >= 1 / 501  # AR's floor: 1/(trials+1), never 0
+    # as good as HYPS, its errors on other sentences: no significant difference
+    close = [r.replace("mat", "rug") if i % 3 == 1 else r for i, r in enumerate(REFS)]
+    tie = scorer.paired_tests(
+        REFS, ("base", HYPS), {"x": close}, ar_trials=500, bootstrap_samples=200
+    )
+    assert tie["x"]["p_ar"] > 0.05
+
+
+def test_holm_and_p_formatting():
+    adjusted = holm([0.01, 0.04, 0.03, 0.5])
+    assert adjusted == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm([]) == []
+    assert format_p(0.0004) == "< 0.001" and format_p(0.0312) == "0.031"
 
 
 def test_attention_statistics():
