@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import EVAL_SUMMARY, SIGNIFICANCE, SWEEP_FILE, EvalFiles
+from pipeline.artifacts import EVAL_SUMMARY, LEARNING_CURVES, SIGNIFICANCE, SWEEP_FILE, EvalFiles
+from pipeline.tracking import still_improving
 
 
 class ReportInputError(ValueError):
@@ -39,10 +40,24 @@ class StudyData:
     evaluation: dict[str, Any]
     corpus: dict[str, Any]
     eval_dir: Path
+    curves: pd.DataFrame = None  # every dev evaluation of every variant (history rows)
+    raw_dir: Path | None = None
 
     @property
     def evaluated(self) -> pd.DataFrame:
         return self.table[self.table["status"] == "evaluated"]
+
+    @property
+    def first_seeds(self) -> pd.DataFrame:
+        """Evaluated variants, one per configuration: the lowest seed (figures and
+        heatmaps show these; the seeds table shows the rest)."""
+        table = self.evaluated
+        return table[table.seed == table.groupby("config").seed.transform("min")]
+
+    @property
+    def variants(self) -> dict[str, dict[str, Any]]:
+        """``sweep.json``'s evaluated entries (model/train settings): for ``twins``."""
+        return {i: self.sweep["variants"][i] for i in self.evaluated.variant}
 
 
 def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
@@ -63,19 +78,32 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
     table = _add_significance(table, significance)
     by_length = pd.DataFrame(curves)
     if not by_length.empty:
-        by_length = by_length.merge(
-            table[["variant", "scorer", "reverse_source", "hidden_size"]], on="variant"
-        )
-    return StudyData(table, by_length, significance, sweep, evaluation, corpus, eval_dir)
+        columns = ["variant", "scorer", "reverse_source", "hidden_size", "seed", "config"]
+        by_length = by_length.merge(table[columns], on="variant")
+    path = eval_dir / LEARNING_CURVES
+    history = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["variant"])
+    return StudyData(
+        table, by_length, significance, sweep, evaluation, corpus, eval_dir, history, raw_dir
+    )
 
 
 def _base_row(variant_id: str, info: dict[str, Any]) -> dict[str, Any]:
-    model = info.get("model", {})
+    model, train = info.get("model", {}), info.get("train", {})
+    seed = train.get("seed", info.get("axes", {}).get("seed", 1))
+    config = {k: v for k, v in {**model, **train}.items() if k != "seed"}
     return {
         "variant": variant_id,
         "scorer": model.get("scorer"),
         "reverse_source": bool(model.get("reverse_source")),
         "hidden_size": model.get("hidden_size"),
+        "seed": seed,
+        "config": json.dumps(config, sort_keys=True),  # every setting but the seed
+        "baseline": model.get("baseline", "init_only") if model.get("scorer") == "none" else "",
+        "stop_reason": info.get("stop_reason", ""),
+        "plateaued": info.get("stop_reason") == "early_stopping",
+        "still_improving": bool(still_improving(info)) if "stop_reason" in info else False,
+        "best_dev_bleu": info.get("best_dev_bleu", np.nan),
+        "epochs_run": info.get("epochs_run", np.nan),
         "status": "failed" if info.get("status") == "failed" else "not evaluated",
         "error": info.get("error") or "",
         "parameters": info.get("parameter_count", np.nan),
@@ -98,9 +126,9 @@ def _metric_columns(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def _add_significance(table: pd.DataFrame, significance: pd.DataFrame) -> pd.DataFrame:
     vs_none = significance[significance["comparison"] == "vs_none"]
-    columns = {"delta": "delta_vs_none", "p_value": "p_vs_none"}
+    columns = {"delta": "delta_vs_none", "p_holm": "p_vs_none"}
     merged = table.merge(
-        vs_none[["variant", "delta", "p_value"]].rename(columns=columns), on="variant", how="left"
+        vs_none[["variant", "delta", "p_holm"]].rename(columns=columns), on="variant", how="left"
     )
     for column in ("bleu", "bleu_low", "bleu_high", "chrf", "attention_entropy"):
         if column not in merged:

@@ -96,8 +96,14 @@ def bleu_by_length_figure(by_length, path: Path) -> list[Path]:
     colours = _colours(by_length["scorer"].unique())
     fig, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 3.8), squeeze=False)
     labels = list(dict.fromkeys(by_length["bucket"]))
+    ranges = dict(zip(by_length["bucket"], by_length.get("training_range", "inside")))
+    beyond = [i for i, b in enumerate(labels) if ranges.get(b) == "beyond"]
     for ax, size in zip(axes[0], sizes):
         panel = by_length[by_length["hidden_size"] == size]
+        if beyond:
+            ax.axvspan(beyond[0] - 0.5, beyond[-1] + 0.5, color="0.9", zorder=0)
+            ax.text(beyond[0] - 0.4, 0.02, "beyond the training cut", fontsize=7,
+                    transform=ax.get_xaxis_transform())  # fmt: skip
         for (scorer, reverse), curve in panel.groupby(["scorer", "reverse_source"], sort=False):
             x = [labels.index(b) for b in curve["bucket"]]
             label = f"{scorer}{' (rev)' if reverse else ''}"
@@ -199,5 +205,47 @@ def effects_figure(table, path: Path) -> list[Path]:
     right.set_ylabel("BLEU(reversed) - BLEU(forward)")
     right.set_title("Reversal gain per scorer")
     right.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    return save_figure(fig, path, FORMATS)
+
+
+def learning_curves_figure(curves, table, path: Path) -> list[Path]:
+    """Dev BLEU (the trainer's greedy dev BLEU) of every variant at every evaluation,
+    against epochs (left) and training minutes (right), one row per hidden size. A hollow
+    marker ends each variant stopped by its budget before its dev BLEU plateaued; lighter
+    lines are further seeds."""
+    info = table.set_index("variant")
+    curves = curves[curves.variant.isin(info.index)]
+    sizes = sorted(info.loc[curves.variant.unique(), "hidden_size"].unique())
+    colours = _colours(info.scorer.unique())
+    x_epochs = "epochs" if "epochs" in curves else "epoch"
+    fig, axes = plt.subplots(len(sizes), 2, figsize=(11, 3.4 * len(sizes)), squeeze=False)
+    first_seed = info.groupby("config").seed.transform("min")
+    for (ax_e, ax_m), size in zip(axes, sizes):
+        for variant, curve in curves.groupby("variant", sort=False):
+            row = info.loc[variant]
+            if row.hidden_size != size:
+                continue
+            style = dict(
+                color=colours[row.scorer],
+                linestyle=_LINESTYLE[bool(row.reverse_source)],
+                linewidth=1.2 if row.seed == first_seed[variant] else 0.6,
+                alpha=1.0 if row.seed == first_seed[variant] else 0.45,
+            )
+            label = f"{row.scorer}{' (rev)' if row.reverse_source else ''}"
+            for ax, x in ((ax_e, curve[x_epochs]), (ax_m, curve["wall_time"] / 60)):
+                ax.plot(x, curve["dev_bleu"], label=label if ax is ax_e else None, **style)
+                end = dict(marker="o", markersize=4, color=colours[row.scorer])
+                if not row.plateaued:
+                    end.update(markerfacecolor="white")
+                ax.plot(x.iloc[-1], curve["dev_bleu"].iloc[-1], **end)
+        for ax, xlabel in ((ax_e, "epochs"), (ax_m, "training minutes")):
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("dev BLEU (greedy)")
+            ax.set_title(f"hidden size {size}")
+            ax.grid(alpha=0.3)
+        handles, labels = ax_e.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        ax_e.legend(unique.values(), unique.keys(), fontsize=7, ncol=2, loc="lower right")
     fig.tight_layout()
     return save_figure(fig, path, FORMATS)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from pipeline.artifacts import EvalFiles
 from pipeline.config import Config
+from pipeline.evaluation import format_p
 from pipeline.infra import Infra
 from pipeline.io import atomic_dir
 from pipeline.provenance import git_commit, machine
@@ -25,8 +26,10 @@ from pipeline.report.figures import (
     bleu_by_length_figure,
     effects_figure,
     heatmap_comparison_figure,
+    learning_curves_figure,
 )
-from pipeline.report.findings import all_findings
+from pipeline.report.findings import all_findings, scorer_ranking, seed_spread
+from pipeline.report.samples import sample_translations
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +40,13 @@ TABLE_COLUMNS = {
     "reverse_source": "reversed",
     "hidden_size": "hidden",
     "parameters": "parameters",
+    "seed": "seed",
     "bleu_ci": "BLEU [95% CI]",
     "chrf": "chrF",
-    "vs_none": "ΔBLEU vs none (p)",
-    "best_epoch": "best epoch",
+    "vs_none": "ΔBLEU vs none (p Holm)",
+    "best_dev_bleu": "best dev BLEU",
+    "epochs_run": "epochs",
+    "converged": "stopped",
     "train_minutes": "train min",
     "tokens_per_s": "tokens/s",
     "status": "status",
@@ -95,8 +101,12 @@ def summary_table(data: StudyData) -> pd.DataFrame:
         for b, lo, hi in zip(table.bleu, table.bleu_low, table.bleu_high)
     ]
     table["vs_none"] = [
-        f"{d:+.2f} (p={p:.3f})" if pd.notna(d) else "-"
+        f"{d:+.2f} (p {format_p(p)})" if pd.notna(d) else "-"
         for d, p in zip(table.delta_vs_none, table.p_vs_none)
+    ]
+    table["converged"] = [
+        "plateau" if plateaued else f"{reason or '-'} (still improving)"
+        for plateaued, reason in zip(table.plateaued, table.stop_reason)
     ]
     table["order"] = table.scorer.map({s: i for i, s in enumerate(SCORER_ORDER)}).fillna(99)
     table = table.sort_values(["hidden_size", "order", "reverse_source", "variant"])
@@ -152,9 +162,13 @@ def build_report(
         figures.mkdir()
         written: dict[str, str] = {}
         if not data.by_length.empty:
-            bleu_by_length_figure(data.by_length, figures / "bleu_by_length")
-            effects_figure(data.evaluated, figures / "effects")
+            first = data.by_length[data.by_length.variant.isin(data.first_seeds.variant)]
+            bleu_by_length_figure(first, figures / "bleu_by_length")
+            effects_figure(data.first_seeds, figures / "effects")
             written.update(bleu_by_length="figures/bleu_by_length", effects="figures/effects")
+        if len(data.curves) and "dev_bleu" in data.curves:
+            learning_curves_figure(data.curves, data.evaluated, figures / "learning_curves")
+            written["learning_curves"] = "figures/learning_curves"
         panels, title = heatmap_panels(data)
         if panels:
             heatmap_comparison_figure(panels, title, figures / "attention_heatmaps")
@@ -173,6 +187,10 @@ def build_report(
             "significance": data.significance,
             "params": config.model_dump(),
             "by_length": data.by_length,
+            "ranking": scorer_ranking(data),
+            "seeds": seed_spread(data),
+            "samples": sample_translations(data),
+            "convergence": convergence(data),
         }
         (tmp / "index.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "README.md").write_text(render_markdown(context), encoding="utf-8")
@@ -180,7 +198,21 @@ def build_report(
     return {
         "variants": len(data.table),
         "evaluated": len(data.evaluated),
-        "findings": [f.verdict for f in findings],
+        "findings": {f.title: f.verdict for f in findings},
+        "plateaued": f"{context['convergence']['plateaued']}/{len(data.evaluated)}",
+    }
+
+
+def convergence(data: StudyData) -> dict[str, Any]:
+    """How many variants plateaued, which were stopped by a budget, and the baseline."""
+    table = data.evaluated
+    baselines = sorted({b for b in table.baseline if b})
+    return {
+        "variants": len(table),
+        "plateaued": int(table.plateaued.sum()),
+        "flagged": table[~table.plateaued].variant.tolist(),
+        "baseline": ", ".join(baselines) or "-",
+        "seeds": sorted(int(s) for s in table.seed.unique()),
     }
 
 
