@@ -88,14 +88,18 @@ def _comparisons(trained: dict[str, dict], bleu: dict[str, float]) -> list[tuple
     if best is not None:
         others = lambda s: s != "none" and not ({s, best} == duel)  # noqa: E731
         pairs += [("vs_best", v, b) for v, b in twins(trained, "scorer", best, others)]
-    pairs += [("additive_vs_general", v, b) for v, b in twins(trained, "scorer", "general", "additive")]
+    pairs += [
+        ("additive_vs_general", v, b) for v, b in twins(trained, "scorer", "general", "additive")
+    ]
     return pairs
 
 
 def best_scorer(trained: dict[str, dict], bleu: dict[str, float]) -> str | None:
     """The attention scorer with the highest mean test BLEU over its variants."""
     means = (
-        pd.DataFrame([{"scorer": trained[i]["model"]["scorer"], "bleu": b} for i, b in bleu.items()])
+        pd.DataFrame(
+            [{"scorer": trained[i]["model"]["scorer"], "bleu": b} for i, b in bleu.items()]
+        )
         .query("scorer != 'none'")
         .groupby("scorer")
         .bleu.mean()
@@ -236,8 +240,7 @@ def _significance(scorer, trained, hypotheses, references, bleu, config) -> pd.D
                                   "delta": 0.0, "p_ar": 1.0, "p_bs": 1.0}  # fmt: skip
         results.update({(v, baseline): r for v, r in tested.items()})
     rows = [
-        {"comparison": kind, "variant": v, "baseline": b, **results[(v, b)]}
-        for kind, v, b in pairs
+        {"comparison": kind, "variant": v, "baseline": b, **results[(v, b)]} for kind, v, b in pairs
     ]
     columns = ["comparison", "variant", "baseline", "bleu", "baseline_bleu", "delta",
                "p_ar", "p_bs", "p_holm"]  # fmt: skip
