@@ -38,7 +38,7 @@ class VariantFiles:
 
     CHECKPOINT = "checkpoint.pt"  # best epoch: weights + model config + vocab identity
     LAST = "last.pt"  # resume state (weights, Adam, progress, RNG); absent once finished
-    HISTORY = "history.csv"  # one row per epoch
+    HISTORY = "history.csv"  # one row per dev evaluation (epoch ends and eval_every_steps)
     CONFIG = "config.json"  # variant id, axes, flattened params
     RESULT = "result.json"  # config hash + training summary: marks the variant finished
     DEV_ATTENTION = "dev_attention.png"  # attention of one dev sentence (attention models)

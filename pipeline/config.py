@@ -174,18 +174,18 @@ class TrainConfig(_Section):
     lr_decay: float = Field(0.5, gt=0, le=1)
     """Learning-rate factor on a dev plateau."""
     lr_patience: int = Field(0, ge=0)
-    """Evaluations without a dev improvement of at least ``min_delta`` before the
+    """Evaluations without a dev improvement of more than ``min_delta`` before the
     learning rate decays (torch's ``ReduceLROnPlateau``)."""
     max_epochs: int = Field(8, ge=1)
     """Upper bound on epochs."""
     patience: int = Field(3, ge=1)
     """Early stopping: evaluations (epoch ends and every ``eval_every_steps``) without a
-    dev improvement of at least ``min_delta`` before stopping. A variant stopped this way
+    dev improvement of more than ``min_delta`` before stopping. A variant stopped this way
     has plateaued; one stopped by a budget is flagged as not converged in the report."""
     min_delta: float = Field(0.0, ge=0)
-    """Smallest dev improvement that counts (BLEU points, or nats for ``loss``): dev BLEU
-    of a few hundred greedy sentences moves by a few tenths between evaluations even
-    on a plateau."""
+    """A dev improvement must exceed this to count (BLEU points, or nats for ``loss``):
+    dev BLEU of a few hundred greedy sentences moves by a few tenths between evaluations
+    even on a plateau."""
     early_stopping_metric: Literal["loss", "bleu"] = "bleu"
     """Dev metric that selects the best epoch and drives early stopping."""
     time_budget_minutes: float = Field(0, ge=0)

@@ -32,6 +32,7 @@ EPOCH_METRICS = (
     "tokens_per_s",
     "learning_rate",
     "wall_time",
+    "epochs",
 )
 RESOLVED_TAGS = ("precision", "device", "node_id")
 """Read from a trial's final report: what ``precision: auto`` became, where it ran."""
@@ -88,9 +89,9 @@ class MlflowCallback(tune.Callback):
 
     @_guarded
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if "epoch" in result:  # an epoch row (the final report carries a summary)
+        if "epoch" in result:  # an evaluation row (the final report carries a summary)
             metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
-            self.tracker.log_metrics(self._run_for(trial), metrics, step=int(result["epoch"]))
+            self.tracker.log_metrics(self._run_for(trial), metrics, step=int(result["step"]))
 
     @_guarded
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -112,7 +113,7 @@ class MlflowCallback(tune.Callback):
     def _log_finished(self, run_id: str, spec, files: VariantFiles, summary: dict, final: dict):
         metrics, tags = training_summary(summary)
         tags.update({k: str(final[k]) for k in RESOLVED_TAGS if k in final})  # what auto became
-        self.tracker.log_metrics(run_id, metrics, step=int(summary.get("epochs_run", 0)))
+        self.tracker.log_metrics(run_id, metrics, step=int(summary.get("steps", 0)))
         self.tracker.set_tags(run_id, tags)
         self.tracker.log_dataset(
             run_id, "train", self.data_dir, self.data.fingerprint(), context="training"
@@ -122,7 +123,7 @@ class MlflowCallback(tune.Callback):
             run_id,
             spec.variant.id,
             [files.checkpoint, files.config],
-            step=int(summary.get("best_epoch", 0)),
+            step=int(summary.get("best_step", 0)),
             params=spec.variant.flat_params(),
             tags={"config_hash": spec.config_hash, "variant": spec.variant.id},
         )

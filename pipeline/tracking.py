@@ -88,10 +88,12 @@ def dvc_tags() -> dict[str, str]:
 
 
 def still_improving(summary: Mapping[str, Any]) -> bool:
-    """Stopped by a budget (epochs, steps, time) at its best epoch so far: its dev metric
-    had not plateaued, so more training would likely have helped."""
-    budget = summary.get("stop_reason") in ("max_epochs", "max_steps", "time_budget")
-    return budget and summary.get("best_epoch") == summary.get("epochs_run")
+    """Not plateaued: stopped for any reason other than early stopping. Only early stopping
+    shows that the dev metric stopped improving (``train.patience`` evaluations without a
+    gain of more than ``train.min_delta``); a variant stopped by a budget (epochs, steps,
+    time) had not shown that, even if its best evaluation was not its last one, so it is
+    flagged: more training might still have helped, and comparing it is less safe."""
+    return summary.get("stop_reason") != "early_stopping"
 
 
 def training_summary(summary: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:

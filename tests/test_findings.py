@@ -75,9 +75,7 @@ BASE = [_row("none", bleu=9.0), _row("additive", bleu=18.0), _row("general", ble
     ],
 )
 def test_length_effect_verdicts(none_curve, additive_curve, verdict):
-    data = _study(
-        BASE, {"none-fwd-h256-s1": none_curve, "additive-fwd-h256-s1": additive_curve}
-    )
+    data = _study(BASE, {"none-fwd-h256-s1": none_curve, "additive-fwd-h256-s1": additive_curve})
     finding = length_effect(data)
     assert finding.verdict == verdict
     assert "1-10" in finding.measured and "21-30" in finding.measured

@@ -75,7 +75,7 @@ def test_an_unusable_tracking_uri_is_one_line_naming_the_setting(tmp_path):
     ("summary", "expected"),
     [
         ({"stop_reason": "max_epochs", "best_epoch": 3, "epochs_run": 3}, True),
-        ({"stop_reason": "max_epochs", "best_epoch": 2, "epochs_run": 3}, False),
+        ({"stop_reason": "max_epochs", "best_epoch": 2, "epochs_run": 3}, True),  # no plateau
         ({"stop_reason": "early_stopping", "best_epoch": 3, "epochs_run": 6}, False),
         ({"stop_reason": "time_budget", "best_epoch": 4, "epochs_run": 4}, True),
     ],

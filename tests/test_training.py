@@ -15,7 +15,7 @@ from pipeline.data.tokenized import TokenizedData
 from pipeline.grid import Variant
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.seq2seq import Seq2Seq
-from pipeline.training import HISTORY_FIELDS, TrainingDivergedError, train_variant
+from pipeline.training import HISTORY_FIELDS, Plateau, TrainingDivergedError, train_variant
 
 
 class Interrupted(Exception):
@@ -206,6 +206,97 @@ def test_plateau_decays_learning_rate_then_stops_early(
     assert result.best_epoch == 2 and result.best_dev_loss == 1.0
     # epochs 3, 4 bad -> decay after epoch 4 (lr_patience 1); epoch 5 bad -> stop (patience 3)
     assert [row["learning_rate"] for row in result.history] == [0.01, 0.01, 0.01, 0.01, 0.005]
+
+
+def test_plateau_counts_only_improvements_above_min_delta():
+    plateau = Plateau(patience=2, min_delta=0.5, mode="max")
+    assert plateau.update(10.0) and plateau.bad == 0  # the first value sets the baseline
+    assert not plateau.update(10.4) and plateau.bad == 1 and plateau.best == 10.0
+    assert not plateau.update(10.5) and plateau.bad == 2  # not *more than* min_delta
+    assert plateau.exhausted
+    assert plateau.update(10.6) and plateau.bad == 0 and not plateau.exhausted
+
+
+def test_plateau_is_exhausted_after_patience_bad_evaluations():
+    plateau = Plateau(patience=3)
+    plateau.update(1.0)
+    for bad in (1, 2, 3):
+        assert not plateau.exhausted
+        assert not plateau.update(1.0) and plateau.bad == bad  # equal is no improvement
+    assert plateau.exhausted
+    restored = Plateau(patience=3)
+    restored.load_state_dict(plateau.state_dict())
+    assert restored.exhausted and restored.best == 1.0
+
+
+@pytest.mark.parametrize(
+    ("mode", "values", "improved"),
+    [
+        ("max", [1.0, 2.0, 1.5, 2.5], [True, True, False, True]),
+        ("min", [1.0, 2.0, 0.5, 0.7], [True, False, True, False]),
+    ],
+)
+def test_plateau_mode(mode, values, improved):
+    plateau = Plateau(patience=5, mode=mode)
+    assert [plateau.update(v) for v in values] == improved
+
+
+@pytest.mark.parametrize(
+    ("train", "learning_rates"),
+    [  # values: 1 improves, 2 improves, 2 bad, 2.05 bad (min_delta 0.1), 3 improves, 3 bad
+        ({"lr_patience": 0}, [0.01, 0.01, 0.005, 0.0025, 0.0025, 0.00125]),
+        ({"lr_patience": 1}, [0.01, 0.01, 0.01, 0.005, 0.005, 0.005]),
+        ({"lr_patience": 0, "lr_decay": 1.0}, [0.01] * 6),
+    ],
+)
+def test_learning_rate_decays_after_evaluations_without_improvement(
+    make_variant, tiny_tok_dir, tmp_path, train, learning_rates
+):
+    variant = make_variant(min_delta=0.1, patience=10, **train)
+    trainer = training._Trainer(variant, TokenizedData.load(tiny_tok_dir), tmp_path, None, "cpu")
+    seen = []
+    for value in (1.0, 2.0, 2.0, 2.05, 3.0, 3.0):  # the early-stopping metric, higher is better
+        trainer._after_evaluation(value, end_of_epoch=False)
+        seen.append(trainer.optimizer.param_groups[0]["lr"])
+    assert seen == pytest.approx(learning_rates)
+    assert trainer.plateau.bad == 1 and not trainer.progress.stop_reason
+
+
+def test_history_has_a_row_per_evaluation(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
+    losses = iter([2.0, 1.0, 1.5, 0.9, 0.8, 0.7])
+    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    rows = []
+    variant = make_variant(max_epochs=2, eval_every_steps=2, lr_patience=0)
+    result = train_variant(variant, tiny_tok_dir, tmp_path, callback=rows.append)
+    # 5 batches per epoch: steps 2, 4, 5 (epoch end), 6, 8, 10 (epoch end)
+    assert [r["step"] for r in rows] == [2, 4, 5, 6, 8, 10] and result.history == rows
+    assert [r["epoch"] for r in rows] == [1, 1, 1, 2, 2, 2] and result.epochs_run == 2
+    assert [r["epochs"] for r in rows] == [0.4, 0.8, 1.0, 1.2, 1.6, 2.0]
+    assert [r["end_of_epoch"] for r in rows] == [0, 0, 1, 0, 0, 1]
+    # lr_patience 0: the third evaluation did not improve, so the steps after it use half
+    assert [r["learning_rate"] for r in rows] == [0.01, 0.01, 0.01, 0.005, 0.005, 0.005]
+    assert result.evaluations == 6 and result.stop_reason == "max_epochs"
+    assert not result.plateaued and result.best_step == 10
+    with open(tmp_path / "history.csv") as handle:
+        history = list(csv.DictReader(handle))
+    assert [float(r["epochs"]) for r in history] == [r["epochs"] for r in rows]
+    assert [int(r["end_of_epoch"]) for r in history] == [0, 0, 1, 0, 0, 1]
+
+
+def test_early_stopping_counts_evaluations_and_min_delta(
+    make_variant, tiny_tok_dir, tmp_path, monkeypatch
+):
+    losses = iter([2.0, 1.999, 1.998, 1.0])
+    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    variant = make_variant(max_epochs=10, eval_every_steps=1, patience=2, min_delta=0.01)
+    result = train_variant(variant, tiny_tok_dir, tmp_path)
+    # improvements of 0.001 are below min_delta: two bad evaluations, stopped mid-epoch 1
+    assert result.stop_reason == "early_stopping" and result.plateaued
+    assert result.evaluations == 3 and result.steps == 3 and result.epochs_run == 1
+    assert [r["end_of_epoch"] for r in result.history] == [0, 0, 0]
+    # the best checkpoint still follows the best value, by any margin
+    assert result.best_dev_loss == 1.998 and result.best_step == 3
+    assert load_checkpoint(tmp_path / "checkpoint.pt").extra["step"] == 3
 
 
 def test_bleu_selects_the_best_epoch(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
