@@ -58,13 +58,16 @@ def worker(spec: dict[str, Any]) -> None:
 
     torch.set_num_threads(1)
     config = load_config(ROOT / "params.yaml")
-    model = config.model.model_copy(update={"scorer": spec["scorer"], "hidden_size": 256})
+    model_over, train_over = split_overrides(spec.get("overrides", {}))
+    model = config.model.model_validate(
+        {**config.model.model_dump(), "scorer": spec["scorer"], "hidden_size": 256, **model_over}
+    )
     train = {
         "max_epochs": 1000,
         "patience": 1000,
         "time_budget_minutes": spec["minutes"],
         "precision": resolve(config.train.precision, "cpu"),
-        **spec.get("overrides", {}),
+        **train_over,
     }
     train_config = type(config.train).model_validate({**config.train.model_dump(), **train})
     variant = Variant(spec["name"], model, train_config, {"scorer": spec["scorer"]})
@@ -147,8 +150,21 @@ def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
             overrides[key] = (
                 json.loads(raw) if raw[:1].isdigit() or raw in ("true", "false") else raw
             )
+        split_overrides(overrides)  # unknown keys fail here, before any run starts
         sets[name] = overrides
     return sets
+
+
+def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--set`` keys into ``model`` and ``train`` settings; an unknown key is an error."""
+    from pipeline.config import ModelConfig, TrainConfig
+
+    model = {k: v for k, v in overrides.items() if k in ModelConfig.model_fields}
+    train = {k: v for k, v in overrides.items() if k in TrainConfig.model_fields}
+    unknown = sorted(set(overrides) - set(model) - set(train))
+    if unknown:
+        raise SystemExit(f"error: --set: unknown model/train keys: {', '.join(unknown)}")
+    return model, train
 
 
 def main(argv: list[str] | None = None) -> None:

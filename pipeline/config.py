@@ -171,6 +171,11 @@ class TrainConfig(_Section):
     """Gradient norm clipping."""
     label_smoothing: float = Field(0.1, ge=0, lt=1)
     """Label smoothing of the training loss."""
+    ema_decay: float = Field(0.0, ge=0, lt=1)
+    """Exponential moving average of the weights (Polyak averaging; Marian's
+    ``--exponential-smoothing``, fairseq's ``--ema-decay``), 0 = off. Dev evaluations,
+    early stopping and the checkpoint use the average; the decay ramps up as
+    ``min(ema_decay, (1 + step) / (10 + step))`` so the early average does not lag."""
     lr_decay: float = Field(0.5, gt=0, le=1)
     """Learning-rate factor on a dev plateau."""
     lr_patience: int = Field(0, ge=0)

@@ -7,8 +7,9 @@ Outputs (``eval/``, swapped in whole when everything succeeded):
   ``by_length.csv``, ``attention.npz`` + ``attention.json`` (example matrices in
   original source order, with their subword pieces).
 - ``summary.json``: every variant's headline numbers, failed variants, the sacreBLEU
-  signature and the attention example ids; ``significance.csv``: paired bootstrap of
-  each scorer vs ``none`` and each reversed variant vs its forward twin.
+  signature and the attention example ids; ``significance.csv``: sacreBLEU's paired
+  tests of twins (vs ``none``, reversed vs forward, vs the best scorer, additive vs
+  general) with Holm-adjusted p; ``learning_curves.csv``: every variant's history.
 
 And for DVC (``metrics_dir``, default ``metrics/``): ``test.json``, a dozen headline
 numbers (best test BLEU per scorer, mean paired gains; the columns of ``dvc exp show``);

@@ -328,19 +328,26 @@ def _resumable(spec: TrialSpec, cache: VariantCache) -> TrialSpec:
 
 def _raise_if_interrupted(grid, outputs: OutputsCallback) -> None:
     """Tune ends ``fit()`` normally on Ctrl-C; unfinished trials are not failures: keep the
-    sweep resumable (parent run, checkpoints) and say how to continue."""
-    stopped = sorted(
-        result.config["variant"]
-        for result in grid
-        if result.error is None
-        and not (result.metrics or {}).get(FINAL)
-        and result.config["variant"] not in outputs.finished
-    )
+    sweep resumable (parent run, checkpoints) and say how to continue. Trials that never
+    started have no config (and an error that their results are missing)."""
+    stopped, never_started = [], 0
+    for result in grid:
+        variant = (result.config or {}).get("variant")
+        if variant is None:
+            never_started += 1
+        elif (
+            result.error is None
+            and not (result.metrics or {}).get(FINAL)
+            and variant not in outputs.finished
+        ):
+            stopped.append(variant)
+    stopped.sort()
     if stopped:
+        more = f" and {never_started} not started" if never_started else ""
         raise SweepInterruptedError(
             f"interrupted with {len(stopped)} variants unfinished ({', '.join(stopped[:4])}"
-            f"{', ...' if len(stopped) > 4 else ''}); run the train stage again to resume "
-            "them from their last Tune checkpoints"
+            f"{', ...' if len(stopped) > 4 else ''}){more}; run the train stage again to "
+            "resume them from their last Tune checkpoints"
         )
 
 

@@ -9,7 +9,7 @@ the right run:
 ========== ===================================== =====================================
 sweep      ``grid_hash``                         one train stage run: the grid, counts,
                                                  ``sweep.json`` (parent of ``train``)
-train      ``config_hash``                       one variant's training: per-epoch and
+train      ``config_hash``                       one variant's training: per-evaluation and
                                                  summary metrics, dataset, model
 evaluation ``eval_key``                          one evaluate stage run: the study table,
                                                  significance, the report (parent of

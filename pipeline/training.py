@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from sacrebleu.metrics import BLEU
 from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from pipeline.artifacts import VariantFiles
@@ -302,6 +303,7 @@ class _Trainer:
         self.model = Seq2Seq(variant.model, self.vocab.src_vocab_size, self.vocab.tgt_vocab_size)
         self.model.to(device)
         self.optimizer = make_optimizer(self.model, self.cfg.learning_rate)
+        self.ema = self._make_ema()
         self.scheduler = make_scheduler(self.optimizer, self.cfg)
         self.plateau = Plateau(self.cfg.patience, self.cfg.min_delta, mode="max")
         self.progress = Progress()
@@ -354,6 +356,8 @@ class _Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
         self.optimizer.step()
         self.progress.step += 1
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
         self._pending.append((self.progress.step, loss_sum.detach(), norm.detach()))
         if len(self._pending) >= CHECK_EVERY_STEPS:
             self._check_pending()
@@ -389,7 +393,7 @@ class _Trainer:
         start = time.perf_counter()
         self._check_pending()  # on a GPU: waits for the queued steps, so they are timed
         self.progress.count(seconds=time.perf_counter() - start)
-        metrics = self.dev.metrics(self.model, self.device, self.precision)
+        metrics = self.dev.metrics(self._evaluated_model(), self.device, self.precision)
         if not math.isfinite(metrics["dev_loss"]):
             raise self._diverged(f"dev loss is {metrics['dev_loss']}")
         bleu = self.cfg.early_stopping_metric == "bleu"
@@ -410,8 +414,8 @@ class _Trainer:
             return
         p.best = Best(value, p.epoch, p.step, metrics["dev_loss"], metrics["dev_bleu"],
                       self._wall_time())  # fmt: skip
-        save_checkpoint(self.files.checkpoint, self.model, self.vocab, self.variant.id,
-                        extra=asdict(p.best))  # fmt: skip
+        save_checkpoint(self.files.checkpoint, self._evaluated_model(), self.vocab,
+                        self.variant.id, extra=asdict(p.best))  # fmt: skip
 
     def _history_row(self, metrics: dict[str, float], epoch_batches: int) -> dict[str, float]:
         p = self.progress
@@ -451,6 +455,7 @@ class _Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+            "ema": self.ema.state_dict() if self.ema is not None else None,
             "plateau": self.plateau.state_dict(),
             "progress": asdict(self.progress),
             "torch_rng": torch.get_rng_state(),
@@ -474,6 +479,8 @@ class _Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"])
         self.plateau.load_state_dict(state["plateau"])
         self.progress = Progress.from_state(state["progress"])
         torch.set_rng_state(state["torch_rng"].cpu())
@@ -485,6 +492,24 @@ class _Trainer:
         return True
 
     # ------------------------------------------------------------------ helpers
+    def _make_ema(self) -> AveragedModel | None:
+        """The weights' exponential moving average (``train.ema_decay``), torch's
+        ``AveragedModel`` with a decay that ramps up over the first steps."""
+        decay = self.cfg.ema_decay
+        if not decay:
+            return None
+
+        @torch.no_grad()
+        def update(averaged: list[torch.Tensor], current: list[torch.Tensor], _) -> None:
+            step = self.progress.step
+            torch._foreach_lerp_(averaged, current, 1 - min(decay, (1 + step) / (10 + step)))
+
+        return AveragedModel(self.model, multi_avg_fn=update)
+
+    def _evaluated_model(self) -> Seq2Seq:
+        """What dev evaluations and checkpoints see: the average when there is one."""
+        return self.model if self.ema is None else self.ema.module
+
     def _learning_rate(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
 

@@ -330,3 +330,31 @@ def test_each_precision_trains_and_is_recorded(precision, make_variant, tiny_tok
     assert result.precision == precision
     losses = [row["train_loss"] for row in result.history]
     assert all(math.isfinite(x) for x in losses) and losses[1] < losses[0]
+
+
+def test_weight_average_is_evaluated_checkpointed_and_resumed(make_variant, tiny_tok_dir, tmp_path):
+    variant = make_variant("general", ema_decay=0.9, eval_every_steps=3)
+    folder, states = tmp_path / "reference", {}
+
+    def snapshot(row):  # last.pt is written before the callback
+        states[row["step"]] = torch.load(folder / "last.pt", weights_only=True)
+
+    reference = train_variant(variant, tiny_tok_dir, folder, callback=snapshot)
+    last = states[reference.steps]
+    assert int(last["ema"]["n_averaged"]) == reference.steps  # updated after every step
+    best = states[reference.best_step]
+    average = {k.removeprefix("module."): v for k, v in best["ema"].items() if k != "n_averaged"}
+    checkpoint = _weights(folder / "checkpoint.pt")
+    assert all(torch.equal(checkpoint[k], average[k]) for k in checkpoint)  # the average...
+    assert any(not torch.equal(checkpoint[k], best["model"][k]) for k in checkpoint)  # not SGD's
+
+    def crash_in_epoch_two(row):
+        if row["epoch"] == 2:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=crash_in_epoch_two)
+    resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run")
+    _same_history(resumed.history, reference.history)
+    again = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
+    assert all(torch.equal(again["ema"][k], last["ema"][k]) for k in last["ema"])

@@ -105,8 +105,8 @@ def summary_table(data: StudyData) -> pd.DataFrame:
         for d, p in zip(table.delta_vs_none, table.p_vs_none)
     ]
     table["converged"] = [
-        "plateau" if plateaued else f"{reason or '-'} (still improving)"
-        for plateaued, reason in zip(table.plateaued, table.stop_reason)
+        "-" if status == "failed" else "plateau" if plateaued else f"{reason} (not converged)"
+        for status, plateaued, reason in zip(table.status, table.plateaued, table.stop_reason)
     ]
     table["order"] = table.scorer.map({s: i for i, s in enumerate(SCORER_ORDER)}).fillna(99)
     table = table.sort_values(["hidden_size", "order", "reverse_source", "variant"])
