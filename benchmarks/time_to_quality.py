@@ -230,7 +230,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"{results['date']}, {results['cpu']}; each run {results['minutes_per_run']:g} min at one "
         f"thread, two runs at a time; other load before: {results['other_load_before']:.0%}. "
-        "`python -m benchmarks.time_to_quality`.",
+        f"`{results.get('command', 'python -m benchmarks.time_to_quality')}`.",
         "",
         "| run | target dev BLEU | min to target | min to dev BLEU 8 | tokens/s | best dev BLEU |",
         "| --- | --- | --- | --- | --- | --- |",

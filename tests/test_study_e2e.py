@@ -94,6 +94,8 @@ def test_repro_writes_every_stage_output_and_second_repro_does_nothing(project):
         "reports/figures/bleu_by_length.png",
         "reports/figures/attention_heatmaps.svg",
         "reports/figures/effects.png",
+        "reports/figures/learning_curves.svg",
+        "eval/learning_curves.csv",
     ):
         assert (root / path).is_file(), path
     again = sh(sys.executable, "-m", "dvc", "repro")
@@ -173,6 +175,18 @@ def test_failed_variants_are_reported_not_fatal(project):
     significance = pd.read_csv(root / "eval" / "significance.csv")
     assert set(significance.comparison) == {"vs_none", "reversed_vs_forward"}
     assert len(significance) == 4
+    # sacreBLEU's two paired tests, and Holm's adjustment over all of them
+    assert ((significance.p_ar > 0) & (significance.p_bs > 0)).all()
+    assert (significance.p_holm >= significance.p_ar).all() and (significance.p_holm <= 1).all()
+    curves = pd.read_csv(root / "eval" / "learning_curves.csv")
+    assert set(curves.variant) == set(summary[summary.status == "evaluated"].variant)
+    for section in ("## Findings", "## Learning curves", "## Seeds", "## Sample translations",
+                    "## Scorers ranked", "## Paired tests"):  # fmt: skip
+        assert section in readme, section
+    findings = readme.split("## Findings")[1].split("##")[0]
+    verdicts = re.findall(r"\*\*(agrees|disagrees|inconclusive|not testable)\*\*", findings)
+    assert len(verdicts) == 5  # length, attention, reversal, scorer, hidden size
+    assert "One seed per configuration" in readme  # the tiny study has one seed
 
 
 def mlflow_runs(root, **tags):
