@@ -154,6 +154,7 @@ def test_ranking_and_seed_spread():
     assert ranking.scorer.tolist() == ["additive", "general", "none"]
     assert ranking.loc[0, "bleu_mean"] == pytest.approx(17.5) and ranking.loc[0, "seeds"] == 2
     assert ranking.loc[1, "vs_best_p"] == pytest.approx(0.0002)
+    assert ranking.attrs["reference"] == "additive"
     spread = seed_spread(data)
     assert spread.configuration.tolist() == ["additive-fwd-h256"]
     assert spread.loc[0, "bleu_sd"] == pytest.approx(np.std([18.0, 17.0], ddof=1))

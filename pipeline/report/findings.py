@@ -298,18 +298,25 @@ def all_findings(data: StudyData) -> list[Finding]:
 # ------------------------------------------------------------------ report tables
 def scorer_ranking(data: StudyData) -> pd.DataFrame:
     """The scorers at the largest hidden size, forward source, ranked by mean test BLEU
-    over seeds, with the Holm-adjusted test against the best scorer (``vs_best``) and
-    against ``none``."""
+    over seeds, with the Holm-adjusted tests against the evaluate stage's reference
+    scorer (the best by mean BLEU over all its variants, ``vs_best``; in
+    ``ranking.attrs["reference"]``) and against ``none``."""
     table = data.evaluated
     size = _largest_hidden(table)
     rows = table[(table.hidden_size == size) & ~table.reverse_source]
     if rows.empty:
         return pd.DataFrame()
-    sig = data.significance
+    sig, scorer_of = data.significance, _scorer_of(data)
+    duels = sig[sig.comparison.isin(["vs_best", "additive_vs_general"])]
+    references = duels[duels.comparison == "vs_best"].baseline.map(scorer_of).unique()
+    reference = str(references[0]) if len(references) else None
     out = []
     for scorer, group in rows.groupby("scorer"):
-        vs_best = sig[(sig.comparison.isin(["vs_best", "additive_vs_general"]))
-                      & sig.variant.isin(group.variant)]  # fmt: skip
+        mine, theirs = duels.variant.isin(group.variant), duels.baseline.isin(group.variant)
+        vs_reference = duels[
+            (mine & duels.baseline.map(scorer_of).eq(reference))
+            | (theirs & duels.variant.map(scorer_of).eq(reference))
+        ]
         vs_none = sig[(sig.comparison == "vs_none") & sig.variant.isin(group.variant)]
         out.append({
             "scorer": scorer,
@@ -319,12 +326,13 @@ def scorer_ranking(data: StudyData) -> pd.DataFrame:
             "bleu_max": group.bleu.max(),
             "bleu_low": group.bleu_low.min(),
             "bleu_high": group.bleu_high.max(),
-            "vs_best_p": vs_best.p_holm.max() if len(vs_best) else np.nan,
+            "vs_best_p": vs_reference.p_holm.max() if len(vs_reference) else np.nan,
             "vs_none_p": vs_none.p_holm.max() if len(vs_none) else np.nan,
             "plateaued": f"{int(group.plateaued.sum())}/{len(group)}",
         })  # fmt: skip
     ranked = pd.DataFrame(out).sort_values("bleu_mean", ascending=False, ignore_index=True)
     ranked.insert(0, "rank", range(1, len(ranked) + 1))
+    ranked.attrs["reference"] = reference
     return ranked
 
 

@@ -89,8 +89,13 @@ _SIG_HEADERS = ["comparison", "variant", "baseline", "BLEU", "baseline BLEU", "Î
 _FINDING_HEADERS = ["effect", "literature", "test (stated in advance)", "this study", "verdict"]
 _RANK_HEADERS = [
     "rank", "scorer", "seeds", "mean BLEU", "range over seeds", "95% CI (widest)",
-    "p vs best (Holm)", "p vs none (Holm)", "plateaued",
+    "p vs reference (Holm)", "p vs none (Holm)", "plateaued",
 ]  # fmt: skip
+_RANK_NOTE = (
+    "Largest hidden size, forward source, mean over seeds. Reference: the attention "
+    "scorer with the highest mean test BLEU over all its variants (every size, order and "
+    "seed), against which the evaluate stage tests each other attention scorer."
+)
 _SEED_HEADERS = ["configuration", "seeds", "mean BLEU", "sd", "range", "per seed: BLEU [95% CI]"]
 
 
@@ -103,9 +108,14 @@ def _ranking_rows(ranking: pd.DataFrame) -> list[list[str]]:
     return [
         [r.rank, r.scorer, r.seeds, f"{r.bleu_mean:.2f}", f"{r.bleu_min:.2f}-{r.bleu_max:.2f}",
          f"[{r.bleu_low:.2f}, {r.bleu_high:.2f}]",
-         "best" if r.rank == 1 else format_p(r.vs_best_p), format_p(r.vs_none_p), r.plateaued]
+         "reference" if r.scorer == ranking.attrs.get("reference") else format_p(r.vs_best_p),
+         format_p(r.vs_none_p), r.plateaued]
         for r in ranking.itertuples()
     ]  # fmt: skip
+
+
+def _ranking_note(ranking: pd.DataFrame) -> str:
+    return f"{_RANK_NOTE} Here: {ranking.attrs.get('reference') or 'none'}."
 
 
 def _seed_rows(seeds: pd.DataFrame) -> list[list[str]]:
@@ -174,6 +184,7 @@ def render_html(c: dict[str, Any]) -> str:
     if not c["ranking"].empty:
         parts += [
             "<h2>Scorers ranked</h2>",
+            f"<p>{_e(_ranking_note(c['ranking']))}</p>",
             _html_table(_RANK_HEADERS, _ranking_rows(c["ranking"])),
         ]
     if "learning_curves" in figures:
@@ -263,6 +274,8 @@ def render_markdown(c: dict[str, Any]) -> str:
     if not c["ranking"].empty:
         lines += [
             "## Scorers ranked",
+            "",
+            _ranking_note(c["ranking"]),
             "",
             _md_table(_RANK_HEADERS, _ranking_rows(c["ranking"])),
             "",
