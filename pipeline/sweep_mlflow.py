@@ -32,7 +32,6 @@ EPOCH_METRICS = (
     "tokens_per_s",
     "learning_rate",
     "wall_time",
-    "epochs",
 )
 RESOLVED_TAGS = ("precision", "device", "node_id")
 """Read from a trial's final report: what ``precision: auto`` became, where it ran."""

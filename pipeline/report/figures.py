@@ -244,8 +244,9 @@ def learning_curves_figure(curves, table, path: Path) -> list[Path]:
             ax.set_ylabel("dev BLEU (greedy)")
             ax.set_title(f"hidden size {size}")
             ax.grid(alpha=0.3)
-        handles, labels = ax_e.get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
+        unique: dict = {}  # the first line of each label: the lowest seed's
+        for handle, label in zip(*ax_e.get_legend_handles_labels()):
+            unique.setdefault(label, handle)
         ax_e.legend(unique.values(), unique.keys(), fontsize=7, ncol=2, loc="lower right")
     fig.tight_layout()
     return save_figure(fig, path, FORMATS)

@@ -174,7 +174,7 @@ def build_report(
             heatmap_comparison_figure(panels, title, figures / "attention_heatmaps")
             written["heatmaps"] = "figures/attention_heatmaps"
         table = summary_table(data)
-        table.drop(columns=["order"]).to_csv(tmp / "summary.csv", index=False)
+        table.drop(columns=["order", "config"]).to_csv(tmp / "summary.csv", index=False)
         context = {
             "title": config.report.title,
             "findings": findings,
