@@ -16,10 +16,11 @@ started (evaluation time included, for both toolkits).
 
 ``--set name:key=value,...`` adds a variant of our trainer with params overridden (e.g.
 ``--set bt3000:batch_tokens=3000,learning_rate=0.0035``), to measure a change side by
-side with the defaults. Results: ``benchmarks/results/time_to_quality.{json,md}``; the
-summary gives each curve, the minutes to reach each target (the dev BLEU today's
-defaults reach at the end of their 3rd epoch, read from the committed study's
-``models/<id>/history.csv``) and to dev BLEU 8, and the ratios. Not part of the tests.
+side with the defaults; ``name@additive:...`` (or ``@none``) runs it for that scorer
+only. Results: ``benchmarks/results/time_to_quality.{json,md}``; the summary gives each
+curve, the minutes to reach each target (:data:`TARGETS`: the dev BLEU the trainer of
+the issue's time reached at the end of its 3rd epoch) and to dev BLEU 8. Not part of
+the tests.
 """
 
 from __future__ import annotations
@@ -151,6 +152,9 @@ def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
                 json.loads(raw) if raw[:1].isdigit() or raw in ("true", "false") else raw
             )
         split_overrides(overrides)  # unknown keys fail here, before any run starts
+        only = name.partition("@")[2]
+        if only and only not in MODELS:
+            raise SystemExit(f"error: --set {name}: scorer after @ must be one of {list(MODELS)}")
         sets[name] = overrides
     return sets
 
@@ -187,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         {**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides), "overrides": overrides}
         for name, overrides in sets.items()
         for scorer in args.scorers
+        if "@" not in name or name.split("@")[1] == scorer
     ]
     scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
     if not args.no_peer:

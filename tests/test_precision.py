@@ -14,19 +14,22 @@ from pipeline.models.seq2seq import Seq2Seq
 VOCAB = 40
 
 
-def test_cpu_flags_decide_native_bf16(tmp_path):
-    amx, plain = tmp_path / "amx", tmp_path / "plain"
-    amx.write_text("processor : 0\nflags\t\t: fpu sse2 avx512f amx_bf16 amx_tile\n")
+def test_cpu_flags_decide_fast_bf16(tmp_path):
+    amx, avx512_bf16, plain = tmp_path / "amx", tmp_path / "avx512_bf16", tmp_path / "plain"
+    amx.write_text("processor : 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    # bf16 dot products without AMX: slower than fp32 under torch's CPU kernels (measured)
+    avx512_bf16.write_text("processor : 0\nflags\t\t: fpu sse2 avx512f avx512_bf16\n")
     plain.write_text("processor : 0\nflags\t\t: fpu sse2 avx2 avx512f\n")
-    assert precision.cpu_has_native_bf16(amx)
-    assert not precision.cpu_has_native_bf16(plain)
-    assert not precision.cpu_has_native_bf16(tmp_path / "missing")
+    assert precision.cpu_has_fast_bf16(amx)
+    assert not precision.cpu_has_fast_bf16(avx512_bf16)
+    assert not precision.cpu_has_fast_bf16(plain)
+    assert not precision.cpu_has_fast_bf16(tmp_path / "missing")
 
 
 def test_resolve_passes_explicit_values_and_rejects_unknown():
     assert precision.resolve("fp32", "cpu") == "fp32"
     assert precision.resolve("bf16", "cpu") == "bf16"
-    expected = "bf16" if precision.cpu_has_native_bf16() else "fp32"
+    expected = "bf16" if precision.cpu_has_fast_bf16() else "fp32"
     assert precision.resolve("auto", "cpu") == expected
     with pytest.raises(ValueError, match="precision: expected one of auto, fp32, bf16, got 'fp16'"):
         precision.resolve("fp16", "cpu")
