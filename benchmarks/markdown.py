@@ -99,7 +99,7 @@ def summary(results: dict[str, Any]) -> list[str]:
         [f"pipeline ({precision}) / per-step fp32 reference, additive h{hidden} "
          "(luong / bahdanau)", speedups],
         *([[f"pipeline (fp32) / per-step fp32 reference, additive h{hidden} (luong / bahdanau)",
-            speedups_fp32]] if precision != "fp32" else []),  # fp32: the row above, re-timed
+            speedups_fp32]] if precision != "fp32" else []),  # fp32: the row above
         [f"decoding, additive h{hidden}, greedy / beam 5 ({greedy.get('precision', 'fp32')})",
          f"{greedy['sentences_per_s']:.0f} / "
          f"{beam['sentences_per_s']:.1f} sentences/s"],

@@ -152,11 +152,16 @@ def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
                 json.loads(raw) if raw[:1].isdigit() or raw in ("true", "false") else raw
             )
         split_overrides(overrides)  # unknown keys fail here, before any run starts
-        only = name.partition("@")[2]
+        only = only_scorer(name)
         if only and only not in MODELS:
             raise SystemExit(f"error: --set {name}: scorer after @ must be one of {list(MODELS)}")
         sets[name] = overrides
     return sets
+
+
+def only_scorer(set_name: str) -> str:
+    """The scorer a ``--set name@scorer`` runs for ("" for every scorer)."""
+    return set_name.partition("@")[2]
 
 
 def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -191,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
         {**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides), "overrides": overrides}
         for name, overrides in sets.items()
         for scorer in args.scorers
-        if "@" not in name or name.split("@")[1] == scorer
+        if only_scorer(name) in ("", scorer)
     ]
     scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
     if not args.no_peer:

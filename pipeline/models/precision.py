@@ -10,10 +10,10 @@ On a CPU, "faster" means AMX tile units (``amx_bf16``), not every CPU that can c
 in bf16. Measured with torch 2.13's oneDNN/MKL kernels, one thread (docs/benchmarks.md):
 
 - Xeon with AMX: bf16 2048^2 products 1262 GFLOP/s against 195 in fp32 (6.5x).
-- Xeon with AVX512-BF16 but no AMX: bf16 82-84 GFLOP/s against 153-155 in fp32 (0.54x),
-  and the study's training step 1.66x *slower* in bf16 (3666 vs 6075 target tokens/s,
-  additive h256, 1000-token batches). ``avx512_bf16`` alone therefore resolves to fp32;
-  ``precision: bf16`` still forces it.
+- Xeon with AVX512-BF16 but no AMX: bf16 83.1 GFLOP/s against 165.6 in fp32 (0.50x),
+  and the study's training step 1.71x *slower* in bf16 (3603 vs 6148 target tokens/s,
+  additive Luong h256, 1000-token batches, ``benchmarks.train_throughput``).
+  ``avx512_bf16`` alone therefore resolves to fp32; ``precision: bf16`` still forces it.
 """
 
 from __future__ import annotations
