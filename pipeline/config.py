@@ -205,10 +205,11 @@ class TrainConfig(_Section):
     max_decode_ratio: float = Field(2.0, gt=0)
     """Decoding stops after ``ratio * source length + 10`` tokens."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """Dtype of the matrix products (``torch.autocast``): ``auto`` = bf16 where the device
-    multiplies it natively (AMX/AVX512-BF16 CPUs, bf16 GPUs), else fp32. Weights, optimizer
-    and loss stay fp32. Equal dev loss/BLEU in a 2-epoch pilot; 1.03x faster at 1000-token
-    batches, 1.4x at 3000 on this CPU (docs/budget.md, docs/benchmarks.md)."""
+    """Dtype of the matrix products (``torch.autocast``): ``auto`` = bf16 where it is
+    faster: bf16 GPUs, and CPUs whose bf16 products time at least 1.3x fp32 ones (a 0.2 s
+    probe, ``pipeline.models.precision``), else fp32. Weights, optimizer and loss stay
+    fp32. Equal dev loss/BLEU in a 2-epoch pilot (docs/budget.md); speed per CPU in
+    docs/benchmarks.md."""
     grid: dict[str, list[Any]] = Field(
         default_factory=lambda: {
             "scorer": list(SCORERS),

@@ -14,22 +14,45 @@ from pipeline.models.seq2seq import Seq2Seq
 VOCAB = 40
 
 
-def test_cpu_flags_decide_fast_bf16(tmp_path):
-    amx, avx512_bf16, plain = tmp_path / "amx", tmp_path / "avx512_bf16", tmp_path / "plain"
-    amx.write_text("processor : 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
-    # bf16 dot products without AMX: slower than fp32 under torch's CPU kernels (measured)
-    avx512_bf16.write_text("processor : 0\nflags\t\t: fpu sse2 avx512f avx512_bf16\n")
-    plain.write_text("processor : 0\nflags\t\t: fpu sse2 avx2 avx512f\n")
-    assert precision.cpu_has_fast_bf16(amx)
-    assert not precision.cpu_has_fast_bf16(avx512_bf16)
-    assert not precision.cpu_has_fast_bf16(plain)
-    assert not precision.cpu_has_fast_bf16(tmp_path / "missing")
+def test_cpu_flags_say_whether_bf16_is_worth_timing(tmp_path):
+    cpus = {
+        "amx": "processor : 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 amx_bf16 amx_tile\n",
+        "avx512_bf16": "processor : 0\nflags\t\t: fpu sse2 avx512f avx512_bf16\n",
+        "arm": "processor : 0\nFeatures\t: fp asimd sve bf16 i8mm\n",
+        "plain": "processor : 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n",
+    }
+    for name, text in cpus.items():
+        (tmp_path / name).write_text(text)
+    assert precision.cpu_has_bf16_instructions(tmp_path / "amx")
+    assert precision.cpu_has_bf16_instructions(tmp_path / "avx512_bf16")
+    assert precision.cpu_has_bf16_instructions(tmp_path / "arm")
+    assert not precision.cpu_has_bf16_instructions(tmp_path / "plain")
+    assert not precision.cpu_has_bf16_instructions(tmp_path / "missing")
+
+
+def test_measured_speedup_decides_cpu_precision():
+    # the three CPUs measured (docs/benchmarks.md): Xeon without AMX, AMD EPYC, Xeon with AMX
+    assert precision.choose_cpu_precision(0.5) == "fp32"
+    assert precision.choose_cpu_precision(2.3) == "bf16"
+    assert precision.choose_cpu_precision(6.5) == "bf16"
+    assert precision.choose_cpu_precision(precision.BF16_MIN_SPEEDUP) == "bf16"
+    assert precision.choose_cpu_precision(1.1) == "fp32"  # not worth bf16's rounding
+    assert precision.choose_cpu_precision(0.0) == "fp32"  # no bf16 instructions
+
+
+def test_product_probe_times_both_dtypes():
+    fp32 = precision.product_seconds(torch.float32, shape=(64, 32, 128), repeats=2)
+    bf16 = precision.product_seconds(torch.bfloat16, shape=(64, 32, 128), repeats=2)
+    assert 0 < fp32 < 1 and 0 < bf16 < 1
+    speedup = precision.cpu_bf16_speedup()
+    assert speedup == precision.cpu_bf16_speedup()  # measured once per process
+    assert (speedup > 0) == precision.cpu_has_bf16_instructions()
 
 
 def test_resolve_passes_explicit_values_and_rejects_unknown():
     assert precision.resolve("fp32", "cpu") == "fp32"
     assert precision.resolve("bf16", "cpu") == "bf16"
-    expected = "bf16" if precision.cpu_has_fast_bf16() else "fp32"
+    expected = precision.choose_cpu_precision(precision.cpu_bf16_speedup())
     assert precision.resolve("auto", "cpu") == expected
     with pytest.raises(ValueError, match="precision: expected one of auto, fp32, bf16, got 'fp16'"):
         precision.resolve("fp16", "cpu")
