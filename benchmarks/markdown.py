@@ -132,30 +132,41 @@ def ceiling_section(results: dict[str, Any]) -> list[str]:
         rows.append([f"bf16, 1 process x {threads} thread(s)", gflops(bf16["flops_per_s"]),
                      percent(bf16["other_load"])])  # fmt: skip
     title = f"## 1. Ceiling: fp32 matmul {size}x{size} @ {size}x{size} (median)"
-    note = ("Fractions below are of the fp32 ceiling (the target's yardstick); bf16 rows show "
-            "what this CPU's AMX units give the pipeline's bf16 matrix products.")  # fmt: skip
+    note = ("Training fractions below are of the ceiling of the dtype the products run in "
+            "(bf16 when `precision` resolved to bf16) and of the fp32 ceiling.")  # fmt: skip
     return [title, ""] + table("arrangement|GFLOP/s|other load", rows) + ["", note]
 
 
 def training_section(results: dict[str, Any]) -> list[str]:
     training, threads = results["training"], results["threads"]
+    precision = results["setup"]["precision"]
+    bf16_ceiling = results["ceiling"]["bf16_one_thread"]["flops_per_s"]
+
+    def fractions(r: dict[str, Any]) -> list[str]:
+        """Of the ceiling of the dtype the products run in (bf16 first, when bf16), fp32's."""
+        fp32 = percent(r["ceiling_fraction"])
+        return [percent(r["flops_per_s"] / bf16_ceiling), fp32] if precision == "bf16" else [fp32]
+
     rows = [
         [r["scorer"], "-" if r["scorer"] == "none" else r["wiring"], r["hidden_size"],
          f"{r['tokens_per_s']:.0f}", gflops(r["flops_per_step"]), gflops(r["flops_per_s"]),
-         percent(r["ceiling_fraction"]), f"{r['peak_rss_mib']:.0f}", percent(r["other_load"])]
+         *fractions(r), f"{r['peak_rss_mib']:.0f}", percent(r["other_load"])]
         for r in training
     ]  # fmt: skip
     first = training[0]
-    precision = results["setup"]["precision"]
     lines = [f"## 2. Training, 1 thread, precision {precision}", "",
              f"Data: {first['data']}; timed batches: {first['mean_sentences']:.0f} sentences, "
              f"{first['mean_source_positions']:.0f} x {first['mean_target_positions']:.0f} "
              "padded source x target positions on average; padding "
              f"{percent(first.get('source_padding', 0))} of source and "
              f"{percent(first.get('target_padding', 0))} of target positions.", ""]  # fmt: skip
+    shares = (
+        "of 1-thread bf16 ceiling|of 1-thread fp32 ceiling"
+        if precision == "bf16"
+        else ("of 1-thread fp32 ceiling")
+    )
     lines += table(
-        "scorer|wiring|hidden|target tokens/s|GFLOP/step|GFLOP/s|of 1-thread ceiling"
-        "|peak RSS MiB|other load",
+        f"scorer|wiring|hidden|target tokens/s|GFLOP/step|GFLOP/s|{shares}|peak RSS MiB|other load",
         rows,
     )
     ratios = [executed_ratio(r) for r in training]

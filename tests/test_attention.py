@@ -176,3 +176,32 @@ def test_additive_scores_follow_bahdanau_formula():
     hidden = torch.tanh(projected.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, S, A)
     expected = hidden @ scorer.energy.weight.squeeze(0)
     torch.testing.assert_close(scorer.score(query, keys), expected)
+
+
+def test_step_reader_equals_per_step_bmm_with_one_values_gradient():
+    """StepReader's contexts and gradients (values: one product per batch; weights: per
+    step) equal T separate ``weights @ values`` products through autograd."""
+    from pipeline.models.attention import StepReader
+
+    torch.manual_seed(0)
+    B, S, H, T = 3, 5, 4, 6
+    values = torch.randn(B, S, H, dtype=torch.float64, requires_grad=True)
+    logits = torch.randn(B, T, S, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(B, T, H, dtype=torch.float64)
+
+    def contexts(read):
+        state, out = torch.zeros(B, H, dtype=torch.float64), []
+        for t in range(T):  # the next step's weights depend on the last context, as in a decoder
+            weights = torch.softmax(logits[:, t] + state.sum(-1, keepdim=True), dim=-1)
+            state = read(weights, t)
+            out.append(state)
+        return torch.stack(out, dim=1)
+
+    reader, anchors = StepReader.start(values, T)
+    fast = contexts(lambda w, t: reader.read(w, anchors[t]))
+    plain = contexts(lambda w, t: (w.unsqueeze(1) @ values).squeeze(1))
+    torch.testing.assert_close(fast, plain)
+    grads = [torch.autograd.grad((x * upstream).sum(), (values, logits)) for x in (fast, plain)]
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want)
+    assert grads[0][0].abs().sum() > 0

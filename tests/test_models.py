@@ -100,6 +100,10 @@ STEP_CASES = [
     {"scorer": "dot"},
     {"scorer": "general", "input_feeding": True},
     {"scorer": "additive", "wiring": "bahdanau", "cell": "lstm", "layers": 2},
+    # one GRU layer: teacher forcing takes BahdanauDecoder._forward_gru, search GRUCell
+    {"scorer": "additive", "wiring": "bahdanau"},
+    {"scorer": "location", "wiring": "bahdanau", "reverse_source": True},
+    {"scorer": "general", "wiring": "bahdanau"},
 ]
 
 
@@ -126,6 +130,33 @@ def test_teacher_forcing_equals_step_by_step_decoding(overrides, tiny_model_conf
     else:
         stepped = torch.stack(weights, dim=1)[real]
         torch.testing.assert_close(stepped, attention[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scorer", ["additive", "dot", "location"])
+def test_fused_bahdanau_gru_loop_equals_the_cell_loop(scorer, tiny_model_config):
+    """BahdanauDecoder._forward_gru (one product for the embeddings' gate inputs, W_hh and
+    W_a fused, gates in float32) gives the loss and every gradient of the StackedCell
+    loop, in training mode with dropout (the same masks: no mask is drawn past the last
+    layer in either)."""
+    torch.manual_seed(0)
+    config = tiny_model_config(scorer=scorer, wiring="bahdanau", dropout=0.3)
+    model = Seq2Seq(config, VOCAB, VOCAB).train()
+    assert model.decoder.fused_gru
+    batch = _toy_batch()
+    results = []
+    for fused in (True, False):
+        model.decoder.fused_gru = fused
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)  # the same dropout masks
+        loss, _ = model.loss(batch, label_smoothing=0.1)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (fused_loss, fused_grads), (loop_loss, loop_grads) = results
+    torch.testing.assert_close(fused_loss, loop_loss, rtol=1e-6, atol=1e-6)
+    assert fused_grads.keys() == loop_grads.keys()
+    for name, grad in fused_grads.items():
+        torch.testing.assert_close(grad, loop_grads[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert fused_grads["decoder.cell.cells.0.weight_ih"].abs().sum() > 0
 
 
 def test_loss_counts_real_tokens_and_label_smoothing_raises_it(tiny_model_config):

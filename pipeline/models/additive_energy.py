@@ -55,12 +55,12 @@ def _blocks(batch: int, steps: int, b_size: int, t_size: int):
             yield b0, min(b0 + b_size, batch), t0, min(t0 + t_size, steps)
 
 
-def _sigmoid_block(buffer, query2, keys2, b0, b1, t0, t1) -> torch.Tensor:
-    """s = sigmoid(2 q_t + 2 k_s) of one block (``query2 = 2 q``, ``keys2 = 2 k``), written
-    into ``buffer``; (b, t, S, A). tanh(q_t + k_s) = 2 s - 1."""
-    shape = (b1 - b0, t1 - t0, keys2.size(1), keys2.size(2))
+def _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1) -> torch.Tensor:
+    """s = sigmoid(2 q_t + 2 k_s) of one block (``query2 = 2 q``), written into ``buffer``;
+    (b, t, S, A). tanh(q_t + k_s) = 2 s - 1."""
+    shape = (b1 - b0, t1 - t0, keys.size(1), keys.size(2))
     block = buffer[: shape[0] * shape[1] * shape[2] * shape[3]].view(shape)
-    torch.add(query2[b0:b1, t0:t1].unsqueeze(2), keys2[b0:b1].unsqueeze(1), out=block)
+    torch.add(query2[b0:b1, t0:t1].unsqueeze(2), keys[b0:b1].unsqueeze(1), alpha=2, out=block)
     return block.sigmoid_()
 
 
@@ -70,33 +70,33 @@ class _AdditiveEnergy(torch.autograd.Function):
         ctx.dtypes = (query.dtype, keys.dtype, energy.dtype)
         with torch.autocast(query.device.type, enabled=False):
             dtype = torch.promote_types(query.dtype, torch.float32)  # float64 stays
-            query2, keys2 = query.to(dtype) * 2, keys.to(dtype) * 2
-            energy = energy.to(dtype)
+            # keys are not copied: a per-step decoder calls this T times with the same keys
+            query2, keys, energy = query.to(dtype) * 2, keys.to(dtype), energy.to(dtype)
             (B, T, A), S = query.shape, keys.size(1)
             scores = query2.new_empty((B, T, S))
             b_size, t_size = _block_shape(B, T, S, A, query.device)
             buffer = query2.new_empty(b_size * t_size * S * A)
             energy2, offset = energy * 2, energy.sum()  # h . v = s . 2v - sum(v)
             for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
-                block = _sigmoid_block(buffer, query2, keys2, b0, b1, t0, t1)
+                block = _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1)
                 scores[b0:b1, t0:t1] = (block.view(-1, A) @ energy2).view(block.shape[:3])
             scores -= offset
-        ctx.save_for_backward(query2, keys2, energy)
+        ctx.save_for_backward(query2, keys, energy)
         return scores
 
     @staticmethod
     @once_differentiable  # backward works in place on a scratch buffer
     def backward(ctx, grad_scores):
-        query2, keys2, energy = ctx.saved_tensors
+        query2, keys, energy = ctx.saved_tensors
         with torch.autocast(query2.device.type, enabled=False):
             grad_scores = grad_scores.to(query2.dtype)
-            (B, T, A), S = query2.shape, keys2.size(1)
-            grad_query, grad_keys = torch.empty_like(query2), torch.zeros_like(keys2)
+            (B, T, A), S = query2.shape, keys.size(1)
+            grad_query, grad_keys = torch.empty_like(query2), torch.zeros_like(keys)
             grad_energy = torch.zeros_like(energy)
             b_size, t_size = _block_shape(B, T, S, A, query2.device)
             buffer = query2.new_empty(b_size * t_size * S * A)
             for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
-                block = _sigmoid_block(buffer, query2, keys2, b0, b1, t0, t1)
+                block = _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1)
                 block.mul_(2).sub_(1)  # h = tanh(q_t + k_s), (b, t, S, A)
                 grad = grad_scores[b0:b1, t0:t1]  # (b, t, S)
                 grad_energy.addmv_(block.view(-1, A).t(), grad.reshape(-1))

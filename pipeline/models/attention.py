@@ -38,7 +38,13 @@ longest sentences of the corpus (86 words); a longer source's later positions sc
 
 
 class Scorer(nn.Module):
-    """Base class: ``score(query (B, T, H), keys) -> (B, T, S)`` unnormalised scores."""
+    """Base class: ``score(query (B, T, H), keys) -> (B, T, S)`` unnormalised scores.
+
+    A score is an optional linear map of the query (:meth:`query_layer`: additive's
+    ``W_a``, location's ``W_a``) followed by :meth:`score_projected`; a per-step decoder
+    can fold that map into a product it already makes with the same state
+    (``decoder.BahdanauDecoder``).
+    """
 
     def __init__(self, hidden_size: int):
         super().__init__()
@@ -48,7 +54,16 @@ class Scorer(nn.Module):
         """Per-batch key transform, called once before decoding. (B, S, H) -> (B, S, *)."""
         return keys
 
+    def query_layer(self) -> nn.Linear | None:
+        """The linear map applied to the query before :meth:`score_projected`, if any."""
+        return None
+
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        layer = self.query_layer()
+        return self.score_projected(query if layer is None else layer(query), keys)
+
+    def score_projected(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Scores (B, T, S) of a query that :meth:`query_layer` has already mapped."""
         raise NotImplementedError
 
 
@@ -76,7 +91,7 @@ def build_scorer(name: str, hidden_size: int) -> Scorer | None:
 class DotScorer(Scorer):
     """Luong 2015 eq. 8 ``dot``: score(h_t, h_s) = h_t . h_s. No parameters."""
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def score_projected(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return query @ keys.transpose(1, 2)  # (B, T, H) x (B, H, S) -> (B, T, S)
 
 
@@ -84,8 +99,8 @@ class DotScorer(Scorer):
 class ScaledDotScorer(DotScorer):
     """Vaswani 2017 eq. 1: q . k / sqrt(H), so score variance does not grow with H."""
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return super().score(query, keys) / math.sqrt(self.hidden_size)
+    def score_projected(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return super().score_projected(query, keys) / math.sqrt(self.hidden_size)
 
 
 @register("general")
@@ -99,7 +114,7 @@ class GeneralScorer(Scorer):
     def precompute(self, keys: torch.Tensor) -> torch.Tensor:
         return self.key_projection(keys)  # (B, S, H)
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def score_projected(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return query @ keys.transpose(1, 2)  # (B, T, S)
 
 
@@ -117,11 +132,15 @@ class AdditiveScorer(Scorer):
         self.energy = nn.Linear(hidden_size, 1, bias=False)  # v_a
 
     def precompute(self, keys: torch.Tensor) -> torch.Tensor:
-        return self.key_projection(keys)  # (B, S, A)
+        # float32 once per batch: the energy works in float32 (additive_energy), and a
+        # per-step decoder would otherwise convert the keys at every step
+        return self.key_projection(keys).float()  # (B, S, A)
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        projected = self.query_projection(query)  # (B, T, A)
-        return additive_energy(projected, keys, self.energy.weight.squeeze(0))  # (B, T, S)
+    def query_layer(self) -> nn.Linear:
+        return self.query_projection
+
+    def score_projected(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return additive_energy(query, keys, self.energy.weight.squeeze(0))  # (B, T, S)
 
 
 @register("location")
@@ -137,9 +156,12 @@ class LocationScorer(Scorer):
         super().__init__(hidden_size)
         self.position_projection = nn.Linear(hidden_size, max_positions)
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def query_layer(self) -> nn.Linear:
+        return self.position_projection
+
+    def score_projected(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         source_length = keys.size(1)
-        scores = self.position_projection(query)  # (B, T, P)
+        scores = query  # (B, T, P): W_a h_t
         extra = source_length - scores.size(-1)
         if extra > 0:
             return F.pad(scores, (0, extra), value=float("-inf"))
@@ -165,7 +187,14 @@ def attend(
         context (B, T, H) = sum_j a_tj h_j and weights (B, T, S); padded positions get
         exactly zero weight (their score is -inf before the softmax).
     """
-    scores = scorer.score(query, keys).float()  # (B, T, S); fp32 under autocast too
+    return attend_scores(scorer.score(query, keys), values, src_mask)
+
+
+def attend_scores(
+    scores: torch.Tensor, values: torch.Tensor, src_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The second half of :func:`attend`: scores (B, T, S) -> context (B, T, H), weights."""
+    scores = scores.float()  # (B, T, S); fp32 under autocast too
     scores = scores.masked_fill(~src_mask.unsqueeze(1), float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (B, T, S)
     return weights @ values, weights  # (B, T, H), (B, T, S)
@@ -186,3 +215,71 @@ class Memory:
             for f in fields(self)
         }
         return Memory(**picked)
+
+
+class StepReader:
+    """Context vectors c_i = a_i . values for a per-step decoder loop, with the values'
+    gradient computed once per batch instead of once per step.
+
+    Through autograd, each of the T steps' ``weights @ values`` would produce, in
+    backward, its own (B, S, H) gradient for the values (T allocations and T additions)
+    and transpose-copy the values; ``torch.autocast`` would also cast the values at every
+    step. Here the values are cast and transposed once; each step's backward computes only
+    the gradient of its weights and hands its context gradient to one ``_ValuesSink``
+    node, whose backward computes the values' gradient for all steps in one product:
+    dV = sum_i a_i^T dc_i = A^T dC with A (B, T, S), dC (B, T, H).
+
+        reader, anchors = StepReader.start(values, steps=T)
+        for i in range(T):
+            context_i = reader.read(weights_i, anchors[i])  # (B, H)
+
+    The anchors (zeros that carry the graph edge to the values) are the caller's to keep:
+    a reader holding them would form a cycle through autograd nodes, which Python's
+    garbage collector cannot see.
+    """
+
+    def __init__(self, values: torch.Tensor):
+        self.values = values.detach()  # (B, S, H)
+        self.values_t = self.values.transpose(1, 2).contiguous()  # (B, H, S)
+        self.weights: list[torch.Tensor] = []  # a_i, filled by read()
+
+    @classmethod
+    def start(cls, values: torch.Tensor, steps: int) -> tuple[StepReader, tuple[torch.Tensor]]:
+        """A reader of ``values`` (B, S, H) and one anchor per step."""
+        if torch.is_autocast_enabled(values.device.type):
+            values = values.to(torch.get_autocast_dtype(values.device.type))
+        reader = cls(values)
+        return reader, _ValuesSink.apply(values, reader, steps).unbind(1)
+
+    def read(self, weights: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        """weights a_i (B, S) of the next step (steps are read in order) and its anchor ->
+        context c_i (B, H)."""
+        return _StepRead.apply(weights, anchor, self)
+
+
+class _StepRead(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weights, anchor, reader):
+        weights = weights.to(reader.values.dtype)
+        reader.weights.append(weights.detach())
+        ctx.reader, ctx.dtype = reader, weights.dtype
+        return torch.bmm(weights.unsqueeze(1), reader.values).squeeze(1)  # (B, H)
+
+    @staticmethod
+    def backward(ctx, grad_context):
+        grad = grad_context.to(ctx.dtype).unsqueeze(1)  # (B, 1, H)
+        grad_weights = torch.bmm(grad, ctx.reader.values_t).squeeze(1)  # (B, S)
+        return grad_weights, grad_context, None  # the anchor's gradient: dc_i, for the sink
+
+
+class _ValuesSink(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, values, reader, steps):
+        ctx.reader = reader
+        return values.new_zeros(values.size(0), steps, values.size(2))  # (B, T, H)
+
+    @staticmethod
+    def backward(ctx, grad_contexts):
+        weights = torch.stack(ctx.reader.weights, dim=1)  # (B, T, S)
+        grad = grad_contexts.to(weights.dtype)  # (B, T, H)
+        return weights.transpose(1, 2) @ grad, None, None  # (B, S, H)

@@ -25,14 +25,16 @@ previous step (target embeddings, projected keys) is computed before the loop.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from pipeline.config import ModelConfig
 from pipeline.data.tokenized import PAD_ID
-from pipeline.models.attention import Memory, Scorer, attend
+from pipeline.models.attention import Memory, Scorer, StepReader, attend
 from pipeline.models.dropout import Dropout
 from pipeline.models.encoder import EncoderOutput
 from pipeline.models.rnn import RNNS
@@ -99,7 +101,8 @@ class StackedCell(nn.Module):
                 h, c = rnn(inputs, (hidden[layer], cell[layer]))
                 cells.append(c)
             hiddens.append(h)
-            inputs = self.dropout(h)
+            if layer + 1 < len(self.cells):  # between layers only
+                inputs = self.dropout(h)
         return torch.stack(hiddens), (torch.stack(cells) if cells else None)
 
 
@@ -270,6 +273,10 @@ class BahdanauDecoder(Decoder):
     """Bahdanau 2014 eqs. 4-6: c_i = sum_j a_ij h_j with a_ij scored against s_{i-1};
     s_i = f(s_{i-1}, [y_{i-1}; c_i]); output t_i = tanh(W_o [y_{i-1}; s_i; c_i]) (a tanh
     layer in place of the paper's maxout, app. A.2.2), computed for all steps at once.
+
+    Teacher forcing with one GRU layer (the default) takes :meth:`_forward_gru`, the same
+    function with less work inside the loop; other cells and stacks loop over
+    :class:`StackedCell`, as search does.
     """
 
     def __init__(self, config: ModelConfig, vocab_size: int, scorer: Scorer):
@@ -278,6 +285,7 @@ class BahdanauDecoder(Decoder):
         inputs = config.embedding_size + size
         self.cell = StackedCell(config.cell, inputs, size, config.layers, config.dropout)
         self.readout = nn.Linear(config.embedding_size + 2 * size, size)  # W_o
+        self.fused_gru = config.cell == "gru" and config.layers == 1
 
     def _recur(self, embedded: torch.Tensor, memory: Memory, state: DecoderState):
         """One step of eqs. 5-6: embedded (B, E) -> new state, c_i (B, H), a_i (B, S)."""
@@ -294,6 +302,9 @@ class BahdanauDecoder(Decoder):
 
     def forward(self, tgt_in, memory, state):
         embedded = self.embed(tgt_in)  # (B, T, E)
+        if self.fused_gru:
+            top, context, weights = self._forward_gru(embedded, memory, state.hidden[0])
+            return self._readout(embedded, top, context), weights
         tops, contexts, weights = [], [], []
         for t in range(embedded.size(1)):
             state, context, weight = self._recur(embedded[:, t], memory, state)
@@ -307,6 +318,68 @@ class BahdanauDecoder(Decoder):
         embedded = self.embed(tokens)  # (B, E)
         state, context, weights = self._recur(embedded, memory, state)
         return self._readout(embedded, state.hidden[-1], context), state, weights
+
+    def _forward_gru(self, embedded: torch.Tensor, memory: Memory, hidden: torch.Tensor):
+        """Eqs. 4-6 for every step of one GRU layer; embedded (B, T, E), s_0 (B, H) ->
+        s_i (B, T, H), c_i (B, T, H), a_i (B, T, S).
+
+        Equal to looping :meth:`_recur` (tests/test_models.py) with less work per step:
+        the embedding's share of the GRU input product, W_ih[:, :E] y_{i-1} + b_ih, is one
+        product for all steps before the loop; W_hh s_{i-1} and the scorer's query map
+        W_a s_{i-1} (additive, location) are one product of s_{i-1}; the gates are
+        torch's GRUCell equations in float32 (r, z, n order), so the state stays float32
+        under autocast; the context reads the values through a ``StepReader`` (their
+        gradient in one product per batch); no dropout mask is drawn past the only layer.
+        """
+        cell, size, width = self.cell.cells[0], self.hidden_size, embedded.size(-1)
+        input_part = F.linear(embedded, cell.weight_ih[:, :width], cell.bias_ih)  # (B, T, 3H)
+        context_weight = cell.weight_ih[:, width:].t()  # (H, 3H)
+        query_layer = self.scorer.query_layer()
+        weight, bias = cell.weight_hh, cell.bias_hh  # (3H, H), (3H,)
+        if query_layer is not None:  # [W_hh; W_a]: one product of s_{i-1} per step
+            query_bias = query_layer.bias
+            if query_bias is None:
+                query_bias = bias.new_zeros(query_layer.out_features)
+            weight = torch.cat([weight, query_layer.weight])  # (3H + A, H)
+            bias = torch.cat([bias, query_bias])
+        if torch.is_autocast_enabled(embedded.device.type):  # cast once, not at every step
+            dtype = torch.get_autocast_dtype(embedded.device.type)
+            weight, context_weight = weight.to(dtype), context_weight.to(dtype)
+        hidden = hidden.float()
+        reader, anchors = StepReader.start(memory.values, embedded.size(1))
+        padding = ~memory.src_mask  # (B, S)
+        tops, contexts, weights = [], [], []
+        # unbind/split, not [:, t] slices: a slice's backward writes its gradient into a
+        # fresh zero tensor of the whole input, T times a (B, T, 3H) tensor per batch
+        for step_inputs in input_part.unbind(1):  # (B, 3H) each
+            recurrent = F.linear(hidden, weight, bias)  # (B, 3H [+ A])
+            recurrent, query = recurrent.split([3 * size, recurrent.size(1) - 3 * size], 1)
+            query = hidden if query_layer is None else query
+            scores = self.scorer.score_projected(query.unsqueeze(1), memory.keys)  # (B, 1, S)
+            scores = scores.squeeze(1).float().masked_fill(padding, float("-inf"))
+            weight_t = torch.softmax(scores, dim=-1)  # a_i, (B, S), as attend()
+            context = reader.read(weight_t, anchors[len(tops)])  # c_i, (B, H)
+            gates = torch.addmm(step_inputs, context, context_weight)  # (B, 3H)
+            hidden = _gru_update(gates.float(), recurrent.float(), hidden)
+            tops.append(hidden)
+            contexts.append(context)
+            weights.append(weight_t)
+        stack = functools.partial(torch.stack, dim=1)
+        return stack(tops), stack(contexts), stack(weights)
+
+
+def _gru_update(inputs: torch.Tensor, recurrent: torch.Tensor, hidden: torch.Tensor):
+    """torch.nn.GRUCell's update from its two products: inputs = W_ih x + b_ih, recurrent =
+    W_hh h + b_hh (B, 3H, gates r, z, n), hidden h (B, H) -> h' (B, H).
+
+    r = sigma(i_r + h_r), z = sigma(i_z + h_z), n = tanh(i_n + r * h_n), h' = (1 - z) n + z h.
+    """
+    size = hidden.size(-1)
+    inputs_rz, inputs_n = inputs.split([2 * size, size], 1)
+    recurrent_rz, recurrent_n = recurrent.split([2 * size, size], 1)
+    reset, update = torch.sigmoid(inputs_rz + recurrent_rz).chunk(2, 1)
+    candidate = torch.tanh(inputs_n + reset * recurrent_n)
+    return candidate + update * (hidden - candidate)
 
 
 WIRINGS: dict[str, type[Decoder]] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
