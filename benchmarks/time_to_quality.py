@@ -12,6 +12,7 @@ started (evaluation time included, for both toolkits).
     python -m benchmarks.time_to_quality --minutes 12           # about 25 minutes here
     python -m benchmarks.time_to_quality --minutes 12 \
         --set bt3000:batch_tokens=3000,learning_rate=0.0035     # + 2 runs, about 37 minutes
+    python -m benchmarks.time_to_quality --minutes 12 --rev 18c646f  # + the issue day's trainer
     python -m benchmarks.time_to_quality --minutes 2 --no-peer  # a quick look
 
 ``--set name:key=value,...`` adds a variant of our trainer with params overridden (e.g.
@@ -88,6 +89,24 @@ def _ours(name: str, scorer: str, minutes: float, overrides: dict[str, Any]) -> 
     return {"name": name, "kind": "ours", "command": command}
 
 
+def _at_revision(run: dict[str, Any], tree: Path) -> dict[str, Any]:
+    """``run`` executed by the code and ``params.yaml`` of the worktree ``tree``."""
+    return {**run, "cwd": tree}
+
+
+def checkout(rev: str, scratch: Path) -> Path:
+    """A detached git worktree of ``rev`` in ``scratch``, sharing this tree's data/tok."""
+    tree = scratch / f"rev-{rev}"
+    try:
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
+                       check=True, capture_output=True, text=True)  # fmt: skip
+    except subprocess.CalledProcessError as error:
+        sys.exit(f"error: --rev {rev}: git worktree add failed: {error.stderr.strip()}")
+    (tree / "data").mkdir(exist_ok=True)
+    (tree / "data" / "tok").symlink_to(ROOT / "data" / "tok")
+    return tree
+
+
 def _peer(minutes: float, out: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks.peer.joeynmt", "--minutes", str(minutes),
                "--out", str(out)]  # fmt: skip
@@ -95,11 +114,12 @@ def _peer(minutes: float, out: Path) -> dict[str, Any]:
 
 
 def _run_pair(runs: list[dict[str, Any]]) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     for run in runs:
         logger.info("start %s", run["name"])
+        cwd = run.pop("cwd", ROOT)
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(cwd))
         run["process"] = subprocess.Popen(
-            run["command"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            run["command"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
     for run in runs:
@@ -182,6 +202,11 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--no-peer", action="store_true", help="skip JoeyNMT")
     cli.add_argument("--set", action="append", default=[], metavar="NAME:KEY=VALUE,...")
     cli.add_argument("--scorers", nargs="+", default=list(MODELS), choices=list(MODELS))
+    cli.add_argument(
+        "--rev",
+        help="also run each scorer with the trainer and params.yaml of this git revision "
+        "(e.g. the issue day's trainer), each paired with today's defaults",
+    )
     cli.add_argument("--worker", help=argparse.SUPPRESS)
     cli.add_argument("--out", type=Path, default=RESULTS / "time_to_quality")
     args = cli.parse_args(argv)
@@ -199,12 +224,23 @@ def main(argv: list[str] | None = None) -> None:
         if only_scorer(name) in ("", scorer)
     ]
     scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
+    tree = checkout(args.rev, scratch) if args.rev else None
+    if tree is not None:  # each revision run right after (beside) the scorer's defaults
+        for scorer in reversed(args.scorers):
+            run = _at_revision(_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}), tree)
+            runs.insert(runs.index(next(r for r in runs if r["name"] == f"{scorer}-defaults")) + 1,
+                        {**run, "overrides": {}, "revision": args.rev})  # fmt: skip
     if not args.no_peer:
-        runs.insert(1, _peer(args.minutes, scratch / "joeynmt"))
+        runs.insert(1 if tree is None else len(runs), _peer(args.minutes, scratch / "joeynmt"))
     idle = other_load(1.0)
     started = time.time()
-    for start in range(0, len(runs), 2):
-        _run_pair(runs[start : start + 2])
+    try:
+        for start in range(0, len(runs), 2):
+            _run_pair(runs[start : start + 2])
+    finally:
+        if tree is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                           check=False, capture_output=True)  # fmt: skip
     targets = {s: third_epoch_bleu(v) for s, v in MODELS.items()}
     for run in runs:
         scorer = run["name"].split("-")[0]

@@ -80,15 +80,21 @@ def product_seconds(dtype: torch.dtype, shape=PROBE_SHAPE, repeats: int = 5) -> 
 
 @functools.cache
 def cpu_bf16_speedup() -> float:
-    """fp32 seconds / bf16 seconds of the :data:`PROBE_SHAPE` product on this CPU (0.0
-    when the CPU has no bf16 instructions: nothing is timed)."""
+    """fp32 seconds / bf16 seconds of the :data:`PROBE_SHAPE` product on one thread of this
+    CPU (0.0 when the CPU has no bf16 instructions: nothing is timed)."""
     if not cpu_has_bf16_instructions():
         return 0.0
-    fp32 = product_seconds(torch.float32)
-    bf16 = product_seconds(torch.bfloat16)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as a trial has: the same answer in every process
+    try:
+        fp32 = product_seconds(torch.float32)
+        bf16 = product_seconds(torch.bfloat16)
+    finally:
+        torch.set_num_threads(threads)
     speedup = fp32 / bf16
     logger.info(
-        "bf16 products %.2fx the speed of fp32 on this CPU (%.1f vs %.1f ms): precision auto -> %s",
+        "bf16 products %.2fx the speed of fp32 on one thread of this CPU (%.1f vs %.1f ms): "
+        "precision auto -> %s",
         speedup,
         bf16 * 1e3,
         fp32 * 1e3,
