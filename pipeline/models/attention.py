@@ -194,10 +194,15 @@ def attend_scores(
     scores: torch.Tensor, values: torch.Tensor, src_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The second half of :func:`attend`: scores (B, T, S) -> context (B, T, H), weights."""
-    scores = scores.float()  # (B, T, S); fp32 under autocast too
-    scores = scores.masked_fill(~src_mask.unsqueeze(1), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (B, T, S)
+    weights = attention_weights(scores, src_mask)  # (B, T, S)
     return weights @ values, weights  # (B, T, H), (B, T, S)
+
+
+def attention_weights(scores: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+    """Masked softmax over source positions: scores (B, T, S), src_mask (B, S) -> weights
+    (B, T, S) in float32 (under autocast too); padded positions get exactly zero."""
+    scores = scores.float().masked_fill(~src_mask.unsqueeze(1), float("-inf"))
+    return torch.softmax(scores, dim=-1)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from torch import nn
 
 from pipeline.config import ModelConfig
 from pipeline.data.tokenized import PAD_ID
-from pipeline.models.attention import Memory, Scorer, StepReader, attend
+from pipeline.models.attention import Memory, Scorer, StepReader, attend, attention_weights
 from pipeline.models.dropout import Dropout
 from pipeline.models.encoder import EncoderOutput
 from pipeline.models.rnn import RNNS
@@ -347,7 +347,6 @@ class BahdanauDecoder(Decoder):
             weight, context_weight = weight.to(dtype), context_weight.to(dtype)
         hidden = hidden.float()
         reader, anchors = StepReader.start(memory.values, embedded.size(1))
-        padding = ~memory.src_mask  # (B, S)
         tops, contexts, weights = [], [], []
         # unbind/split, not [:, t] slices: a slice's backward writes its gradient into a
         # fresh zero tensor of the whole input, T times a (B, T, 3H) tensor per batch
@@ -356,8 +355,7 @@ class BahdanauDecoder(Decoder):
             recurrent, query = recurrent.split([3 * size, recurrent.size(1) - 3 * size], 1)
             query = hidden if query_layer is None else query
             scores = self.scorer.score_projected(query.unsqueeze(1), memory.keys)  # (B, 1, S)
-            scores = scores.squeeze(1).float().masked_fill(padding, float("-inf"))
-            weight_t = torch.softmax(scores, dim=-1)  # a_i, (B, S), as attend()
+            weight_t = attention_weights(scores, memory.src_mask).squeeze(1)  # a_i, (B, S)
             context = reader.read(weight_t, anchors[len(tops)])  # c_i, (B, H)
             gates = torch.addmm(step_inputs, context, context_weight)  # (B, 3H)
             hidden = _gru_update(gates.float(), recurrent.float(), hidden)
