@@ -160,11 +160,9 @@ def training_section(results: dict[str, Any]) -> list[str]:
              "padded source x target positions on average; padding "
              f"{percent(first.get('source_padding', 0))} of source and "
              f"{percent(first.get('target_padding', 0))} of target positions.", ""]  # fmt: skip
-    shares = (
-        "of 1-thread bf16 ceiling|of 1-thread fp32 ceiling"
-        if precision == "bf16"
-        else ("of 1-thread fp32 ceiling")
-    )
+    shares = "of 1-thread fp32 ceiling"
+    if precision == "bf16":
+        shares = "of 1-thread bf16 ceiling|" + shares
     lines += table(
         f"scorer|wiring|hidden|target tokens/s|GFLOP/step|GFLOP/s|{shares}|peak RSS MiB|other load",
         rows,

@@ -89,11 +89,6 @@ def _ours(name: str, scorer: str, minutes: float, overrides: dict[str, Any]) -> 
     return {"name": name, "kind": "ours", "command": command}
 
 
-def _at_revision(run: dict[str, Any], tree: Path) -> dict[str, Any]:
-    """``run`` executed by the code and ``params.yaml`` of the worktree ``tree``."""
-    return {**run, "cwd": tree}
-
-
 def checkout(rev: str, scratch: Path) -> Path:
     """A detached git worktree of ``rev`` in ``scratch``, sharing this tree's data/tok."""
     tree = scratch / f"rev-{rev}"
@@ -217,19 +212,18 @@ def main(argv: list[str] | None = None) -> None:
     if not (ROOT / "data" / "tok" / "train.npz").is_file():
         sys.exit("error: data/tok: no tokenized corpus (run `dvc repro tokenize`)")
     sets = parse_sets(args.set)
-    runs = [
-        {**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides), "overrides": overrides}
-        for name, overrides in sets.items()
-        for scorer in args.scorers
-        if only_scorer(name) in ("", scorer)
-    ]
     scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
     tree = checkout(args.rev, scratch) if args.rev else None
-    if tree is not None:  # each revision run right after (beside) the scorer's defaults
-        for scorer in reversed(args.scorers):
-            run = _at_revision(_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}), tree)
-            runs.insert(runs.index(next(r for r in runs if r["name"] == f"{scorer}-defaults")) + 1,
-                        {**run, "overrides": {}, "revision": args.rev})  # fmt: skip
+    runs = []
+    for name, overrides in sets.items():
+        for scorer in args.scorers:
+            if only_scorer(name) not in ("", scorer):
+                continue
+            runs.append({**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides),
+                         "overrides": overrides})  # fmt: skip
+            if tree is not None and name == "defaults":  # the revision's run, beside it
+                runs.append({**_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}),
+                             "overrides": {}, "revision": args.rev, "cwd": tree})  # fmt: skip
     if not args.no_peer:
         runs.insert(1 if tree is None else len(runs), _peer(args.minutes, scratch / "joeynmt"))
     idle = other_load(1.0)

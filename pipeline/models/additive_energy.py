@@ -18,7 +18,8 @@ score)::
 The work is float32 even under autocast: CPU bfloat16 ``tanh`` is 5x slower than float32.
 And ``tanh`` itself is computed as ``tanh(x) = 2 sigmoid(2x) - 1``: torch 2.13's CPU
 ``tanh_`` costs 3.5 ns per float32 element against 0.56 for ``sigmoid_`` (one thread,
-docs/benchmarks.md), and the identity is exact up to rounding (1.8e-7 at most). The
+docs/benchmarks.md), and the identity is exact up to rounding (at most 1.8e-7 apart on
+262,144 normal values of sd 3). The
 forward pass needs no ``2s - 1`` pass at all: ``h . v = 2 (s . v) - sum(v)``.
 """
 

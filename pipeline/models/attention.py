@@ -187,14 +187,7 @@ def attend(
         context (B, T, H) = sum_j a_tj h_j and weights (B, T, S); padded positions get
         exactly zero weight (their score is -inf before the softmax).
     """
-    return attend_scores(scorer.score(query, keys), values, src_mask)
-
-
-def attend_scores(
-    scores: torch.Tensor, values: torch.Tensor, src_mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The second half of :func:`attend`: scores (B, T, S) -> context (B, T, H), weights."""
-    weights = attention_weights(scores, src_mask)  # (B, T, S)
+    weights = attention_weights(scorer.score(query, keys), src_mask)  # (B, T, S)
     return weights @ values, weights  # (B, T, H), (B, T, S)
 
 

@@ -350,13 +350,13 @@ class BahdanauDecoder(Decoder):
         tops, contexts, weights = [], [], []
         # unbind/split, not [:, t] slices: a slice's backward writes its gradient into a
         # fresh zero tensor of the whole input, T times a (B, T, 3H) tensor per batch
-        for step_inputs in input_part.unbind(1):  # (B, 3H) each
+        for step_inputs, anchor in zip(input_part.unbind(1), anchors):  # (B, 3H) each
             recurrent = F.linear(hidden, weight, bias)  # (B, 3H [+ A])
             recurrent, query = recurrent.split([3 * size, recurrent.size(1) - 3 * size], 1)
             query = hidden if query_layer is None else query
             scores = self.scorer.score_projected(query.unsqueeze(1), memory.keys)  # (B, 1, S)
             weight_t = attention_weights(scores, memory.src_mask).squeeze(1)  # a_i, (B, S)
-            context = reader.read(weight_t, anchors[len(tops)])  # c_i, (B, H)
+            context = reader.read(weight_t, anchor)  # c_i, (B, H)
             gates = torch.addmm(step_inputs, context, context_weight)  # (B, 3H)
             hidden = _gru_update(gates.float(), recurrent.float(), hidden)
             tops.append(hidden)

@@ -12,13 +12,13 @@ kernels torch ships. Measured with torch 2.13, one thread, 2048^2 products
 
 - Xeon with AMX (``amx_bf16``): bf16 6.5x fp32.
 - Xeon with ``avx512_bf16`` and no AMX: bf16 0.50x fp32 (training 1.6-1.7x slower).
-- AMD EPYC with ``avx512_bf16`` and no AMX: bf16 2.3x fp32 (training 1.2x faster).
+- AMD EPYC with ``avx512_bf16`` and no AMX: bf16 2.2x fp32 (training 1.17-1.26x faster).
 
 So on a CPU that advertises bf16 instructions (:data:`CPU_BF16_FLAGS`), ``auto`` times
 the largest product of a training step, the vocabulary projection of one 512-row loss
 chunk, ``(512, 256) x (256, 4000)``, in both dtypes (about 0.2 s, once per process) and
 picks bf16 when it is at least :data:`BF16_MIN_SPEEDUP` times faster. The margin keeps
-the choice stable between runs on one machine (the three CPUs above sit at 0.5x, 2.3x,
+the choice stable between runs on one machine (the three CPUs above sit at 0.5x, 2.2x,
 6.5x), which matters because the resolved value is part of each variant's cache hash.
 The sweep resolves ``auto`` once, on the trials' hardware (``pipeline.sweep``).
 """
