@@ -25,16 +25,15 @@ previous step (target embeddings, projected keys) is computed before the loop.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pipeline.config import ModelConfig
 from pipeline.data.tokenized import PAD_ID
-from pipeline.models.attention import Memory, Scorer, StepReader, attend, attention_weights
+from pipeline.models.attention import Memory, Scorer, attend
+from pipeline.models.bahdanau_loop import gru_attention_loop
 from pipeline.models.dropout import Dropout
 from pipeline.models.encoder import EncoderOutput
 from pipeline.models.rnn import RNNS
@@ -321,63 +320,9 @@ class BahdanauDecoder(Decoder):
 
     def _forward_gru(self, embedded: torch.Tensor, memory: Memory, hidden: torch.Tensor):
         """Eqs. 4-6 for every step of one GRU layer; embedded (B, T, E), s_0 (B, H) ->
-        s_i (B, T, H), c_i (B, T, H), a_i (B, T, S).
-
-        Equal to looping :meth:`_recur` (tests/test_models.py) with less work per step:
-        the embedding's share of the GRU input product, W_ih[:, :E] y_{i-1} + b_ih, is one
-        product for all steps before the loop; W_hh s_{i-1} and the scorer's query map
-        W_a s_{i-1} (additive, location) are one product of s_{i-1}; the gates are
-        torch's GRUCell equations in float32 (r, z, n order), so the state stays float32
-        under autocast; the context reads the values through a ``StepReader`` (their
-        gradient in one product per batch); no dropout mask is drawn past the only layer.
-        """
-        cell, size, width = self.cell.cells[0], self.hidden_size, embedded.size(-1)
-        input_part = F.linear(embedded, cell.weight_ih[:, :width], cell.bias_ih)  # (B, T, 3H)
-        context_weight = cell.weight_ih[:, width:].t()  # (H, 3H)
-        query_layer = self.scorer.query_layer()
-        weight, bias = cell.weight_hh, cell.bias_hh  # (3H, H), (3H,)
-        if query_layer is not None:  # [W_hh; W_a]: one product of s_{i-1} per step
-            query_bias = query_layer.bias
-            if query_bias is None:
-                query_bias = bias.new_zeros(query_layer.out_features)
-            weight = torch.cat([weight, query_layer.weight])  # (3H + A, H)
-            bias = torch.cat([bias, query_bias])
-        if torch.is_autocast_enabled(embedded.device.type):  # cast once, not at every step
-            dtype = torch.get_autocast_dtype(embedded.device.type)
-            weight, context_weight = weight.to(dtype), context_weight.to(dtype)
-        hidden = hidden.float()
-        reader, anchors = StepReader.start(memory.values, embedded.size(1))
-        tops, contexts, weights = [], [], []
-        # unbind/split, not [:, t] slices: a slice's backward writes its gradient into a
-        # fresh zero tensor of the whole input, T times a (B, T, 3H) tensor per batch
-        for step_inputs, anchor in zip(input_part.unbind(1), anchors):  # (B, 3H) each
-            recurrent = F.linear(hidden, weight, bias)  # (B, 3H [+ A])
-            recurrent, query = recurrent.split([3 * size, recurrent.size(1) - 3 * size], 1)
-            query = hidden if query_layer is None else query
-            scores = self.scorer.score_projected(query.unsqueeze(1), memory.keys)  # (B, 1, S)
-            weight_t = attention_weights(scores, memory.src_mask).squeeze(1)  # a_i, (B, S)
-            context = reader.read(weight_t, anchor)  # c_i, (B, H)
-            gates = torch.addmm(step_inputs, context, context_weight)  # (B, 3H)
-            hidden = _gru_update(gates.float(), recurrent.float(), hidden)
-            tops.append(hidden)
-            contexts.append(context)
-            weights.append(weight_t)
-        stack = functools.partial(torch.stack, dim=1)
-        return stack(tops), stack(contexts), stack(weights)
-
-
-def _gru_update(inputs: torch.Tensor, recurrent: torch.Tensor, hidden: torch.Tensor):
-    """torch.nn.GRUCell's update from its two products: inputs = W_ih x + b_ih, recurrent =
-    W_hh h + b_hh (B, 3H, gates r, z, n), hidden h (B, H) -> h' (B, H).
-
-    r = sigma(i_r + h_r), z = sigma(i_z + h_z), n = tanh(i_n + r * h_n), h' = (1 - z) n + z h.
-    """
-    size = hidden.size(-1)
-    inputs_rz, inputs_n = inputs.split([2 * size, size], 1)
-    recurrent_rz, recurrent_n = recurrent.split([2 * size, size], 1)
-    reset, update = torch.sigmoid(inputs_rz + recurrent_rz).chunk(2, 1)
-    candidate = torch.tanh(inputs_n + reset * recurrent_n)
-    return candidate + update * (hidden - candidate)
+        s_i (B, T, H), c_i (B, T, H), a_i (B, T, S): :mod:`pipeline.models.bahdanau_loop`,
+        equal to looping :meth:`_recur` with less work per step."""
+        return gru_attention_loop(self.cell.cells[0], self.scorer, embedded, memory, hidden)
 
 
 WIRINGS: dict[str, type[Decoder]] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
