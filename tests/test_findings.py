@@ -155,7 +155,35 @@ def test_ranking_and_seed_spread():
     assert ranking.loc[0, "bleu_mean"] == pytest.approx(17.5) and ranking.loc[0, "seeds"] == 2
     assert ranking.loc[1, "vs_best_p"] == pytest.approx(0.0002)
     assert ranking.attrs["reference"] == "additive"
+    assert ranking.loc[1, "vs_best_delta"] == pytest.approx(-3.0)  # general minus additive
+    assert ranking.attrs["seed_range"] == (pytest.approx(1.0), "additive")
     spread = seed_spread(data)
     assert spread.configuration.tolist() == ["additive-fwd-h256"]
     assert spread.loc[0, "bleu_sd"] == pytest.approx(np.std([18.0, 17.0], ddof=1))
     assert "s2: 17.00 [16.20, 17.80]" in spread.loc[0, "intervals"]
+
+
+def test_ranking_shows_the_direction_and_flags_gaps_within_the_seed_spread():
+    """A scorer above the reference shows a positive delta, one below it a negative one,
+    and adjacent ranks closer than the largest seed spread are named."""
+    from pipeline.report.pages import _ranking_note
+
+    rows = [
+        _row("additive", bleu=12.5),
+        _row("additive", seed=2, bleu=14.5),
+        _row("scaled_dot", bleu=14.0),
+        _row("dot", bleu=9.0),
+        _row("none", bleu=6.0),
+    ]
+    tests = [
+        ("vs_best", "scaled_dot-fwd-h256-s1", "additive-fwd-h256-s1", 1.5, 0.004),
+        ("vs_best", "dot-fwd-h256-s1", "additive-fwd-h256-s1", -3.5, 0.004),
+    ]
+    ranking = scorer_ranking(_study(rows, tests=tests))
+    by_scorer = ranking.set_index("scorer")
+    assert ranking.scorer.tolist() == ["scaled_dot", "additive", "dot", "none"]
+    assert by_scorer.loc["scaled_dot", "vs_best_delta"] == pytest.approx(1.5)
+    assert by_scorer.loc["dot", "vs_best_delta"] == pytest.approx(-3.5)
+    note = _ranking_note(ranking)
+    assert "differ by up to 2.00 BLEU (additive)" in note
+    assert "within it: scaled_dot ~ additive." in note  # 14.0 vs 13.5; dot is 4.5 below

@@ -300,7 +300,13 @@ def scorer_ranking(data: StudyData) -> pd.DataFrame:
     """The scorers at the largest hidden size, forward source, ranked by mean test BLEU
     over seeds, with the Holm-adjusted tests against the evaluate stage's reference
     scorer (the best by mean BLEU over all its variants, ``vs_best``; in
-    ``ranking.attrs["reference"]``) and against ``none``."""
+    ``ranking.attrs["reference"]``) and against ``none``.
+
+    ``vs_best_delta`` is this scorer minus the reference over their twin pairs (mean),
+    so the direction of a significant difference shows. ``ranking.attrs["seed_range"]``
+    is the largest spread between seeds of one ranked scorer, ``(range, scorer)`` (None
+    with one seed each): a gap smaller than that is within training variance, which the
+    test-set p-values do not cover."""
     table = data.evaluated
     size = _largest_hidden(table)
     rows = table[(table.hidden_size == size) & ~table.reverse_source]
@@ -318,6 +324,8 @@ def scorer_ranking(data: StudyData) -> pd.DataFrame:
             | (theirs & duels.variant.map(scorer_of).eq(reference))
         ]
         vs_none = sig[(sig.comparison == "vs_none") & sig.variant.isin(group.variant)]
+        signed = vs_reference.delta.where(vs_reference.variant.isin(group.variant),
+                                          -vs_reference.delta)  # fmt: skip
         out.append({
             "scorer": scorer,
             "seeds": len(group),
@@ -327,12 +335,18 @@ def scorer_ranking(data: StudyData) -> pd.DataFrame:
             "bleu_low": group.bleu_low.min(),
             "bleu_high": group.bleu_high.max(),
             "vs_best_p": vs_reference.p_holm.max() if len(vs_reference) else np.nan,
+            "vs_best_delta": signed.mean() if len(vs_reference) else np.nan,
             "vs_none_p": vs_none.p_holm.max() if len(vs_none) else np.nan,
             "plateaued": f"{int(group.plateaued.sum())}/{len(group)}",
         })  # fmt: skip
     ranked = pd.DataFrame(out).sort_values("bleu_mean", ascending=False, ignore_index=True)
     ranked.insert(0, "rank", range(1, len(ranked) + 1))
     ranked.attrs["reference"] = reference
+    spread = ranked[ranked.seeds > 1]
+    spread = spread.assign(gap=spread.bleu_max - spread.bleu_min).sort_values("gap")
+    ranked.attrs["seed_range"] = (
+        (float(spread.gap.iloc[-1]), str(spread.scorer.iloc[-1])) if len(spread) else None
+    )
     return ranked
 
 

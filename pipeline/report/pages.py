@@ -6,6 +6,7 @@ import html
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline.evaluation import format_p
@@ -89,12 +90,13 @@ _SIG_HEADERS = ["comparison", "variant", "baseline", "BLEU", "baseline BLEU", "�
 _FINDING_HEADERS = ["effect", "literature", "test (stated in advance)", "this study", "verdict"]
 _RANK_HEADERS = [
     "rank", "scorer", "seeds", "mean BLEU", "range over seeds", "95% CI (widest)",
-    "p vs reference (Holm)", "p vs none (Holm)", "plateaued",
+    "Δ vs reference (twins)", "p vs reference (Holm)", "p vs none (Holm)", "plateaued",
 ]  # fmt: skip
 _RANK_NOTE = (
     "Largest hidden size, forward source, mean over seeds. Reference: the attention "
     "scorer with the highest mean test BLEU over all its variants (every size, order and "
-    "seed), against which the evaluate stage tests each other attention scorer."
+    "seed), against which the evaluate stage tests each other attention scorer; Δ is the "
+    "scorer minus the reference on their twin pairs (same size, order and seed)."
 )
 _SEED_HEADERS = ["configuration", "seeds", "mean BLEU", "sd", "range", "per seed: BLEU [95% CI]"]
 
@@ -108,6 +110,7 @@ def _ranking_rows(ranking: pd.DataFrame) -> list[list[str]]:
     return [
         [r.rank, r.scorer, r.seeds, f"{r.bleu_mean:.2f}", f"{r.bleu_min:.2f}-{r.bleu_max:.2f}",
          f"[{r.bleu_low:.2f}, {r.bleu_high:.2f}]",
+         "-" if np.isnan(r.vs_best_delta) else f"{r.vs_best_delta:+.2f}",
          "reference" if r.scorer == ranking.attrs.get("reference") else format_p(r.vs_best_p),
          format_p(r.vs_none_p), r.plateaued]
         for r in ranking.itertuples()
@@ -115,7 +118,24 @@ def _ranking_rows(ranking: pd.DataFrame) -> list[list[str]]:
 
 
 def _ranking_note(ranking: pd.DataFrame) -> str:
-    return f"{_RANK_NOTE} Here: {ranking.attrs.get('reference') or 'none'}."
+    note = f"{_RANK_NOTE} Here: {ranking.attrs.get('reference') or 'none'}."
+    seed_range = ranking.attrs.get("seed_range")
+    if seed_range:
+        gap, scorer = seed_range
+        close = _within(ranking, gap)
+        note += (
+            f" The seeds of one scorer here differ by up to {gap:.2f} BLEU ({scorer}): a "
+            "gap smaller than that is within training variance, which the p-values (test "
+            "sampling only) do not cover" + (f"; within it: {', '.join(close)}." if close else ".")
+        )
+    return note
+
+
+def _within(ranking: pd.DataFrame, gap: float) -> list[str]:
+    """Adjacent ranks whose mean BLEU differ by less than ``gap``, as "a ~ b"."""
+    rows = ranking.sort_values("rank")
+    pairs = zip(rows.itertuples(), rows.iloc[1:].itertuples())
+    return [f"{a.scorer} ~ {b.scorer}" for a, b in pairs if a.bleu_mean - b.bleu_mean < gap]
 
 
 def _seed_rows(seeds: pd.DataFrame) -> list[list[str]]:
