@@ -130,6 +130,13 @@ def test_reversal_attention_and_scorer_findings_read_their_comparisons():
     reversal = reversal_effect(data)
     assert reversal.verdict == "agrees"
     assert "p_Holm < 0.001" in reversal.measured and "0 significant" in reversal.measured
+    mixed = _study(
+        [*rows, _row("general"), _row("general", reverse=True)],
+        tests=[*tests, ("reversed_vs_forward", "general-rev-h256-s1", "general-fwd-h256-s1",
+                        -2.0, 0.001)],
+    )  # fmt: skip
+    expected = "2 twin pairs, 1 significant (1 lower with reversal, 0 higher)"
+    assert expected in reversal_effect(mixed).measured
     assert attention_vs_none(data).verdict == "agrees"
     scorer = additive_vs_multiplicative(data)  # right direction, 3 BLEU: not "slightly"
     assert scorer.verdict == "inconclusive" and "far above" in scorer.measured

@@ -215,10 +215,12 @@ def reversal_effect(data: StudyData) -> Finding:
     attn = reversal[scorer[reversal.index] != "none"]
     measured = _tests_text(rows)
     if len(attn):
-        significant = int((attn.p_holm < ALPHA).sum())
+        significant = attn[attn.p_holm < ALPHA]
+        gains = int((significant.delta > 0).sum())
         measured += (
             f". With attention: mean {attn.delta.mean():+.2f} BLEU over {len(attn)} twin "
-            f"pairs, {significant} significant"
+            f"pairs, {len(significant)} significant ({len(significant) - gains} lower with "
+            f"reversal, {gains} higher)"
         )
     return Finding("Reversal", literature, criterion, measured + ".", direction_verdict(rows),
                    _caveats(data, [*rows.variant, *rows.baseline]))  # fmt: skip
