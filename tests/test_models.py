@@ -100,7 +100,7 @@ STEP_CASES = [
     {"scorer": "dot"},
     {"scorer": "general", "input_feeding": True},
     {"scorer": "additive", "wiring": "bahdanau", "cell": "lstm", "layers": 2},
-    # one GRU layer: teacher forcing takes BahdanauDecoder._forward_gru, search GRUCell
+    # one GRU layer: teacher forcing takes bahdanau_loop.gru_attention_loop, search GRUCell
     {"scorer": "additive", "wiring": "bahdanau"},
     {"scorer": "location", "wiring": "bahdanau", "reverse_source": True},
     {"scorer": "general", "wiring": "bahdanau"},
@@ -134,7 +134,7 @@ def test_teacher_forcing_equals_step_by_step_decoding(overrides, tiny_model_conf
 
 @pytest.mark.parametrize("scorer", ["additive", "dot", "location"])
 def test_fused_bahdanau_gru_loop_equals_the_cell_loop(scorer, tiny_model_config):
-    """BahdanauDecoder._forward_gru (one product for the embeddings' gate inputs, W_hh and
+    """bahdanau_loop.gru_attention_loop (one product for the embeddings' gate inputs, W_hh and
     W_a fused, gates in float32) gives the loss and every gradient of the StackedCell
     loop, in training mode with dropout (the same masks: no mask is drawn past the last
     layer in either)."""

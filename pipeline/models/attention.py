@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.models.additive_energy import additive_energy
+from pipeline.models.step_sink import step_anchors
 
 LOCATION_MAX_POSITIONS = 256
 """Source positions the ``location`` scorer has weights for. 256 subwords covers the
@@ -223,17 +224,13 @@ class StepReader:
     backward, its own (B, S, H) gradient for the values (T allocations and T additions)
     and transpose-copy the values; ``torch.autocast`` would also cast the values at every
     step. Here the values are cast and transposed once; each step's backward computes only
-    the gradient of its weights and hands its context gradient to one ``_ValuesSink``
-    node, whose backward computes the values' gradient for all steps in one product:
-    dV = sum_i a_i^T dc_i = A^T dC with A (B, T, S), dC (B, T, H).
+    the gradient of its weights and hands its context gradient to one sink
+    (:mod:`pipeline.models.step_sink`), whose backward computes the values' gradient for
+    all steps in one product: dV = sum_i a_i^T dc_i = A^T dC with A (B, T, S), dC (B, T, H).
 
         reader, anchors = StepReader.start(values, steps=T)
         for i in range(T):
             context_i = reader.read(weights_i, anchors[i])  # (B, H)
-
-    The anchors (zeros that carry the graph edge to the values) are the caller's to keep:
-    a reader holding them would form a cycle through autograd nodes, which Python's
-    garbage collector cannot see.
     """
 
     def __init__(self, values: torch.Tensor):
@@ -243,16 +240,22 @@ class StepReader:
 
     @classmethod
     def start(cls, values: torch.Tensor, steps: int) -> tuple[StepReader, tuple[torch.Tensor]]:
-        """A reader of ``values`` (B, S, H) and one anchor per step."""
+        """A reader of ``values`` (B, S, H) and one anchor per step (the caller keeps them)."""
         if torch.is_autocast_enabled(values.device.type):
             values = values.to(torch.get_autocast_dtype(values.device.type))
         reader = cls(values)
-        return reader, _ValuesSink.apply(values, reader, steps).unbind(1)
+        shape = (values.size(0), steps, values.size(2))  # (B, T, H)
+        return reader, step_anchors(reader, shape, 1, values)
 
     def read(self, weights: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
         """weights a_i (B, S) of the next step (steps are read in order) and its anchor ->
         context c_i (B, H)."""
         return _StepRead.apply(weights, anchor, self)
+
+    def gradients(self, grad_contexts: torch.Tensor) -> tuple[torch.Tensor]:
+        """The values' gradient A^T dC (B, S, H) from every step's dc_i (B, T, H)."""
+        weights = torch.stack(self.weights, dim=1)  # (B, T, S)
+        return (weights.transpose(1, 2) @ grad_contexts.to(weights.dtype),)
 
 
 class _StepRead(torch.autograd.Function):
@@ -268,16 +271,3 @@ class _StepRead(torch.autograd.Function):
         grad = grad_context.to(ctx.dtype).unsqueeze(1)  # (B, 1, H)
         grad_weights = torch.bmm(grad, ctx.reader.values_t).squeeze(1)  # (B, S)
         return grad_weights, grad_context, None  # the anchor's gradient: dc_i, for the sink
-
-
-class _ValuesSink(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, values, reader, steps):
-        ctx.reader = reader
-        return values.new_zeros(values.size(0), steps, values.size(2))  # (B, T, H)
-
-    @staticmethod
-    def backward(ctx, grad_contexts):
-        weights = torch.stack(ctx.reader.weights, dim=1)  # (B, T, S)
-        grad = grad_contexts.to(weights.dtype)  # (B, T, H)
-        return weights.transpose(1, 2) @ grad, None, None  # (B, S, H)

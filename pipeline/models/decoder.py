@@ -273,9 +273,10 @@ class BahdanauDecoder(Decoder):
     s_i = f(s_{i-1}, [y_{i-1}; c_i]); output t_i = tanh(W_o [y_{i-1}; s_i; c_i]) (a tanh
     layer in place of the paper's maxout, app. A.2.2), computed for all steps at once.
 
-    Teacher forcing with one GRU layer (the default) takes :meth:`_forward_gru`, the same
-    function with less work inside the loop; other cells and stacks loop over
-    :class:`StackedCell`, as search does.
+    Teacher forcing with one GRU layer (the default) takes
+    :func:`pipeline.models.bahdanau_loop.gru_attention_loop`, the same function with less
+    work inside the loop; other cells and stacks loop over :class:`StackedCell`, as search
+    does.
     """
 
     def __init__(self, config: ModelConfig, vocab_size: int, scorer: Scorer):
@@ -301,8 +302,10 @@ class BahdanauDecoder(Decoder):
 
     def forward(self, tgt_in, memory, state):
         embedded = self.embed(tgt_in)  # (B, T, E)
-        if self.fused_gru:
-            top, context, weights = self._forward_gru(embedded, memory, state.hidden[0])
+        if self.fused_gru:  # the same equations, less work per step (bahdanau_loop)
+            top, context, weights = gru_attention_loop(
+                self.cell.cells[0], self.scorer, embedded, memory, state.hidden[0]
+            )
             return self._readout(embedded, top, context), weights
         tops, contexts, weights = [], [], []
         for t in range(embedded.size(1)):
@@ -317,12 +320,6 @@ class BahdanauDecoder(Decoder):
         embedded = self.embed(tokens)  # (B, E)
         state, context, weights = self._recur(embedded, memory, state)
         return self._readout(embedded, state.hidden[-1], context), state, weights
-
-    def _forward_gru(self, embedded: torch.Tensor, memory: Memory, hidden: torch.Tensor):
-        """Eqs. 4-6 for every step of one GRU layer; embedded (B, T, E), s_0 (B, H) ->
-        s_i (B, T, H), c_i (B, T, H), a_i (B, T, S): :mod:`pipeline.models.bahdanau_loop`,
-        equal to looping :meth:`_recur` with less work per step."""
-        return gru_attention_loop(self.cell.cells[0], self.scorer, embedded, memory, hidden)
 
 
 WIRINGS: dict[str, type[Decoder]] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}

@@ -5,19 +5,18 @@ Through autograd, each of the T steps' ``x_i W^T + b`` produces, in backward, it
 weight gradient ``dy_i^T x_i``, a small ``(out, B) x (B, in)`` product, its bias
 gradient (a sum over the batch), and one addition of each into the running gradient of
 the weight and the bias. Here each step's backward computes only the gradient of its
-input, ``dy_i W``, and hands ``dy_i`` to one ``_WeightSink`` node, whose backward
-computes the weight's gradient for every step in one product, dW = dY^T X with
-dY (T B, out) and X (T B, in), and the bias's in one sum. This is cuDNN's split of an
-RNN's backward, applied to the products of a loop autograd runs.
+input, ``dy_i W``, and hands ``dy_i`` to one sink (:mod:`pipeline.models.step_sink`),
+whose backward computes the weight's gradient for every step in one product,
+dW = dY^T X with dY (T B, out) and X (T B, in), and the bias's in one sum. This is
+cuDNN's split of an RNN's backward, applied to the products of a loop autograd runs.
 
     layer, anchors = StepLinear.start(weight, bias, steps=T, batch=B)
     for i in range(T):
         y_i = layer(x_i, anchors[i])             # x_i W^T + b, (B, out)
         y_i = layer(x_i, anchors[i], addend=a_i)  # a_i + x_i W^T (a layer without bias)
 
-The anchors (zeros that carry the graph edge to the weight) are the caller's to keep, as
-with :class:`pipeline.models.attention.StepReader`: a layer holding them would form a
-cycle through autograd nodes that Python's garbage collector cannot see.
+The anchors (zeros that carry the graph edge to the weight) are the caller's to keep
+(:mod:`pipeline.models.step_sink` says why).
 
 Products run in the weight's dtype (under autocast, cast the weight once before
 ``start``); each step's input gradient returns in its input's dtype.
@@ -28,6 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from pipeline.models.step_sink import step_anchors
+
 
 class StepLinear:
     """``x_i W^T + b`` for every step ``i`` of a loop; see the module docstring."""
@@ -36,6 +37,7 @@ class StepLinear:
         self.weight = weight.detach()  # (out, in)
         self.bias = None if bias is None else bias.detach().to(weight.dtype)  # (out,)
         self.inputs: list[torch.Tensor] = []  # x_i in the weight's dtype, filled by calls
+        self.bias_dtype = None if bias is None else bias.dtype
 
     @classmethod
     def start(
@@ -44,8 +46,7 @@ class StepLinear:
         """A layer of ``weight`` (out, in) and ``bias`` (out,) or None, and one anchor per
         step for ``steps`` steps of ``batch`` rows."""
         layer = cls(weight, bias)
-        anchors = _WeightSink.apply(layer, steps, batch, weight, bias)  # (T, B, out)
-        return layer, anchors.unbind(0)
+        return layer, step_anchors(layer, (steps, batch, weight.size(0)), 0, weight, bias)
 
     def __call__(
         self, inputs: torch.Tensor, anchor: torch.Tensor, addend: torch.Tensor | None = None
@@ -53,6 +54,18 @@ class StepLinear:
         """inputs x_i (B, in) of the next step (steps are called in order), its anchor and
         an optional addend a_i (B, out) -> a_i + x_i W^T + b (B, out)."""
         return _StepLinear.apply(inputs, anchor, addend, self)
+
+    def gradients(self, grad_outputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """dW = dY^T X and db = sum dY (or None) from every step's dy_i (T, B, out)."""
+        inputs = torch.stack(self.inputs)  # (T, B, in)
+        self.inputs = []  # no longer needed: free them before the rest of backward
+        grad = grad_outputs.reshape(-1, grad_outputs.size(-1))  # (T B, out)
+        grad_weight = grad.to(inputs.dtype).t() @ inputs.reshape(-1, inputs.size(-1))
+        grad_bias = None
+        if self.bias_dtype is not None:  # summed in at least float32
+            wide = torch.promote_types(grad.dtype, torch.float32)
+            grad_bias = grad.sum(0, dtype=wide).to(self.bias_dtype)
+        return grad_weight, grad_bias
 
 
 class _StepLinear(torch.autograd.Function):
@@ -74,23 +87,3 @@ class _StepLinear(torch.autograd.Function):
             grad_inputs = (grad.to(weight.dtype) @ weight).to(ctx.input_dtype)  # dy_i W
         # the anchor's gradient is dy_i itself: the sink makes the weight's from all of them
         return grad_inputs, grad, grad if ctx.has_addend else None, None
-
-
-class _WeightSink(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, layer, steps, batch, weight, bias):
-        ctx.layer, ctx.bias_dtype = layer, None if bias is None else bias.dtype
-        return weight.new_zeros(steps, batch, weight.size(0))
-
-    @staticmethod
-    def backward(ctx, grad_outputs):
-        layer = ctx.layer
-        inputs = torch.stack(layer.inputs)  # (T, B, in)
-        grad = grad_outputs.reshape(-1, grad_outputs.size(-1))  # (T B, out)
-        grad_weight = grad.to(inputs.dtype).t() @ inputs.reshape(-1, inputs.size(-1))
-        grad_bias = None
-        if ctx.bias_dtype is not None:  # summed in at least float32
-            wide = torch.promote_types(grad.dtype, torch.float32)
-            grad_bias = grad.sum(0, dtype=wide).to(ctx.bias_dtype)
-        layer.inputs = []  # no longer needed: free them before the rest of backward
-        return None, None, None, grad_weight, grad_bias
