@@ -344,10 +344,10 @@ def scorer_ranking(data: StudyData) -> pd.DataFrame:
     ranked = pd.DataFrame(out).sort_values("bleu_mean", ascending=False, ignore_index=True)
     ranked.insert(0, "rank", range(1, len(ranked) + 1))
     ranked.attrs["reference"] = reference
-    spread = ranked[ranked.seeds > 1]
-    spread = spread.assign(gap=spread.bleu_max - spread.bleu_min).sort_values("gap")
+    gaps = ranked.bleu_max - ranked.bleu_min  # 0 for a single seed
+    widest = gaps.idxmax()
     ranked.attrs["seed_range"] = (
-        (float(spread.gap.iloc[-1]), str(spread.scorer.iloc[-1])) if len(spread) else None
+        (float(gaps[widest]), str(ranked.scorer[widest])) if (ranked.seeds > 1).any() else None
     )
     return ranked
 

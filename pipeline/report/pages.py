@@ -132,9 +132,9 @@ def _ranking_note(ranking: pd.DataFrame) -> str:
 
 
 def _within(ranking: pd.DataFrame, gap: float) -> list[str]:
-    """Adjacent ranks whose mean BLEU differ by less than ``gap``, as "a ~ b"."""
-    rows = ranking.sort_values("rank")
-    pairs = zip(rows.itertuples(), rows.iloc[1:].itertuples())
+    """Adjacent ranks whose mean BLEU differ by less than ``gap``, as "a ~ b" (the ranking
+    is in rank order)."""
+    pairs = zip(ranking.itertuples(), ranking.iloc[1:].itertuples())
     return [f"{a.scorer} ~ {b.scorer}" for a, b in pairs if a.bleu_mean - b.bleu_mean < gap]
 
 
