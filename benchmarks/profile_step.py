@@ -80,19 +80,12 @@ def main(argv: list[str] | None = None) -> None:
         for batch in timed:
             workloads.training_step(model, optimizer, batch, args.precision)
 
-    events = prof.key_averages(group_by_input_shape=True)
-    total = sum(e.self_cpu_time_total for e in events) / 1e3  # ms
+    operators = {e.key: (e.self_cpu_time_total / 1e3, e.count) for e in prof.key_averages()}
+    total = sum(ms for ms, _ in operators.values())  # ms of operator self time
     print(f"{args.scorer} {args.wiring} h{args.hidden_size}, {args.precision}, "
           f"{args.batch_tokens}-token batches ({source}); {len(timed)} profiled steps, "
           f"{total / len(timed):.0f} ms of operator self time per step\n")  # fmt: skip
-
-    by_name: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
-    for e in events:
-        by_name[e.key][0] += e.self_cpu_time_total / 1e3
-        by_name[e.key][1] += e.count
-    print("| operator | share | ms per step | calls per step |\n| --- | ---: | ---: | ---: |")
-    for name, (ms, calls) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
-        print(f"| {name} | {ms / total:.1%} | {ms / len(timed):.1f} | {calls / len(timed):.0f} |")
+    print_shares("operator", operators, total, len(timed), args.top)
 
     roles: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
     shapes_of = [  # batches differ in shape: a product is classified against each of them
@@ -100,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
          "target_positions": b.tgt_in.numel()}
         for b in timed
     ]  # fmt: skip
-    for e in events:
+    for e in prof.key_averages(group_by_input_shape=True):
         if e.key not in PRODUCTS:
             continue
         shapes = [s for s in e.input_shapes if s]
@@ -109,10 +102,15 @@ def main(argv: list[str] | None = None) -> None:
                      if r in found), "other")  # fmt: skip
         roles[role][0] += e.self_cpu_time_total / 1e3
         roles[role][1] += e.count
-    print("\n| matrix products | share | ms per step | calls per step |")
-    print("| --- | ---: | ---: | ---: |")
-    for role, (ms, calls) in sorted(roles.items(), key=lambda kv: -kv[1][0]):
-        print(f"| {role} | {ms / total:.1%} | {ms / len(timed):.1f} | {calls / len(timed):.0f} |")
+    print()
+    print_shares("matrix products", roles, total, len(timed))
+
+
+def print_shares(title: str, totals, total_ms: float, steps: int, top: int | None = None):
+    """A markdown table of ``totals`` (name -> (self ms, calls)), largest first."""
+    print(f"| {title} | share | ms per step | calls per step |\n| --- | ---: | ---: | ---: |")
+    for name, (ms, calls) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"| {name} | {ms / total_ms:.1%} | {ms / steps:.1f} | {calls / steps:.0f} |")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ tokens/s per variant for each run. Not part of the tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -27,6 +29,22 @@ from benchmarks.trials import ROOT
 
 logger = logging.getLogger("benchmarks.revisions")
 GRID = {"scorer": ["additive", "none", "dot", "general"], "hidden_size": [256]}
+
+
+@contextlib.contextmanager
+def worktree(revision: str, path: Path) -> Iterator[Path]:
+    """A detached git worktree of ``revision`` at ``path``, removed again on exit; a
+    revision git cannot check out exits with a one-line error."""
+    try:
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(path), revision],
+                       cwd=ROOT, check=True, capture_output=True, text=True)  # fmt: skip
+    except subprocess.CalledProcessError as error:
+        sys.exit(f"error: {revision}: git worktree add failed: {error.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
+                       check=False, capture_output=True)  # fmt: skip
 
 
 def params_for(tree: Path, scratch: Path, steps: int) -> Path:
@@ -81,21 +99,19 @@ def main() -> None:
     if not (args.tok / "train.npz").is_file():
         sys.exit(f"error: {args.tok}: no tokenized corpus (run `dvc repro tokenize`)")
     results: dict[str, list[dict]] = {args.before: [], args.after: []}
-    with tempfile.TemporaryDirectory(prefix="revisions-trees-") as folder:
-        trees = {}
-        for revision in results:
-            trees[revision] = Path(folder) / revision.replace("/", "_")
-            subprocess.run(["git", "worktree", "add", "--detach", "-q", str(trees[revision]),
-                            revision], cwd=ROOT, check=True)  # fmt: skip
-        try:
-            for round_ in range(1, args.rounds + 1):
-                for revision, tree in trees.items():
-                    result = run_once(tree, args.tok.resolve(), args.steps)
-                    results[revision].append(result)
-                    logger.info("round %d %s: %s", round_, revision, json.dumps(result))
-        finally:
-            for tree in trees.values():
-                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
+    with tempfile.TemporaryDirectory(prefix="revisions-trees-") as folder, \
+            contextlib.ExitStack() as stack:  # fmt: skip
+        trees = {
+            revision: stack.enter_context(
+                worktree(revision, Path(folder) / revision.replace("/", "_"))
+            )
+            for revision in results
+        }
+        for round_ in range(1, args.rounds + 1):
+            for revision, tree in trees.items():
+                result = run_once(tree, args.tok.resolve(), args.steps)
+                results[revision].append(result)
+                logger.info("round %d %s: %s", round_, revision, json.dumps(result))
     for revision, runs in results.items():
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in runs)
         trials = ", ".join(f"{r['trial_s']:.1f}" for r in runs)

@@ -27,6 +27,7 @@ the tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import logging
@@ -38,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.revisions import worktree
 from benchmarks.trials import ROOT, cpu_model, other_load
 
 logger = logging.getLogger("benchmarks.time_to_quality")
@@ -87,19 +89,6 @@ def _ours(name: str, scorer: str, minutes: float, overrides: dict[str, Any]) -> 
     spec = {"name": name, "scorer": scorer, "minutes": minutes, "overrides": overrides}
     command = [sys.executable, "-m", "benchmarks.time_to_quality", "--worker", json.dumps(spec)]
     return {"name": name, "kind": "ours", "command": command}
-
-
-def checkout(rev: str, scratch: Path) -> Path:
-    """A detached git worktree of ``rev`` in ``scratch``, sharing this tree's data/tok."""
-    tree = scratch / f"rev-{rev}"
-    try:
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
-                       check=True, capture_output=True, text=True)  # fmt: skip
-    except subprocess.CalledProcessError as error:
-        sys.exit(f"error: --rev {rev}: git worktree add failed: {error.stderr.strip()}")
-    (tree / "data").mkdir(exist_ok=True)
-    (tree / "data" / "tok").symlink_to(ROOT / "data" / "tok")
-    return tree
 
 
 def _peer(minutes: float, out: Path) -> dict[str, Any]:
@@ -191,6 +180,24 @@ def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     return model, train
 
 
+def plan_runs(args, sets: dict[str, dict[str, Any]], tree: Path | None, scratch: Path):
+    """Our runs (each ``--set`` for each scorer, the ``--rev`` run beside the defaults) and
+    the peer, in the order they go two at a time."""
+    runs = []
+    for name, overrides in sets.items():
+        for scorer in args.scorers:
+            if only_scorer(name) not in ("", scorer):
+                continue
+            runs.append({**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides),
+                         "overrides": overrides})  # fmt: skip
+            if tree is not None and name == "defaults":  # the revision's run, beside it
+                runs.append({**_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}),
+                             "overrides": {}, "revision": args.rev, "cwd": tree})  # fmt: skip
+    if not args.no_peer:
+        runs.insert(1 if tree is None else len(runs), _peer(args.minutes, scratch / "joeynmt"))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> None:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--minutes", type=float, default=12.0)
@@ -213,28 +220,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("error: data/tok: no tokenized corpus (run `dvc repro tokenize`)")
     sets = parse_sets(args.set)
     scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
-    tree = checkout(args.rev, scratch) if args.rev else None
-    runs = []
-    for name, overrides in sets.items():
-        for scorer in args.scorers:
-            if only_scorer(name) not in ("", scorer):
-                continue
-            runs.append({**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides),
-                         "overrides": overrides})  # fmt: skip
-            if tree is not None and name == "defaults":  # the revision's run, beside it
-                runs.append({**_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}),
-                             "overrides": {}, "revision": args.rev, "cwd": tree})  # fmt: skip
-    if not args.no_peer:
-        runs.insert(1 if tree is None else len(runs), _peer(args.minutes, scratch / "joeynmt"))
-    idle = other_load(1.0)
-    started = time.time()
-    try:
+    with contextlib.ExitStack() as stack:
+        tree = None
+        if args.rev:  # the revision trains on this tree's data/tok
+            tree = stack.enter_context(worktree(args.rev, scratch / f"rev-{args.rev}"))
+            (tree / "data").mkdir(exist_ok=True)
+            (tree / "data" / "tok").symlink_to(ROOT / "data" / "tok")
+        runs = plan_runs(args, sets, tree, scratch)
+        idle = other_load(1.0)
+        started = time.time()
         for start in range(0, len(runs), 2):
             _run_pair(runs[start : start + 2])
-    finally:
-        if tree is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
-                           check=False, capture_output=True)  # fmt: skip
     targets = {s: third_epoch_bleu(v) for s, v in MODELS.items()}
     for run in runs:
         scorer = run["name"].split("-")[0]
