@@ -200,6 +200,10 @@ class TrainConfig(_Section):
     """Optimizer-step budget per variant (0 = none)."""
     eval_every_steps: int = Field(0, ge=0)
     """Also evaluate on dev every N steps (0 = only at epoch ends)."""
+    curriculum_steps: int = Field(0, ge=0)
+    """Competence-based curriculum (Platanios et al. 2019) over the first N optimizer
+    steps, 0 = off: step t draws its batch from the shortest ``sqrt(t / N)`` share of the
+    training targets (``pipeline.data.batching``); from step N on, shuffled epochs."""
     dev_bleu_sentences: int = Field(300, ge=1)
     """Dev sentences greedily decoded for dev BLEU each evaluation."""
     max_decode_ratio: float = Field(2.0, gt=0)

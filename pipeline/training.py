@@ -319,7 +319,8 @@ class _Trainer:
         """The rest of the current epoch, then its final evaluation (unless early stopping
         already ended training at a mid-epoch one)."""
         p, cfg = self.progress, self.cfg
-        batches = epoch_batches(self.train_split, cfg.batch_tokens, seed=cfg.seed, epoch=p.epoch)
+        batches = epoch_batches(self.train_split, cfg.batch_tokens, seed=cfg.seed, epoch=p.epoch,
+                                curriculum_steps=cfg.curriculum_steps)  # fmt: skip
         logger.info("%s epoch %d: %d batches, padding %s", self.variant.id, p.epoch, len(batches),
                     _format(padding_fraction(self.train_split, batches)))  # fmt: skip
         quiet = not sys.stderr.isatty()

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from pipeline.data.batching import (
+    batch_difficulty,
+    competence,
     epoch_batches,
     inference_batches,
     make_batch,
@@ -134,6 +136,62 @@ def test_epoch_batches_are_seeded_and_shuffled_per_epoch():
     # the order is shuffled: not sorted by length
     longest = [int(tgt_lengths[b].max()) for b in first]
     assert longest != sorted(longest)
+
+
+def _length_split(count: int, seed: int) -> tuple[TokenizedSplit, np.ndarray]:
+    src_lengths, tgt_lengths = _lengths(count, seed)
+    split = TokenizedSplit.from_sequences(
+        [[5] * n for n in src_lengths], [[6] * n for n in tgt_lengths]
+    )
+    return split, tgt_lengths
+
+
+def test_competence_is_the_square_root_schedule():
+    assert competence(0.0) == pytest.approx(0.01)
+    assert competence(0.25) == pytest.approx(np.sqrt(0.25 * (1 - 1e-4) + 1e-4))
+    assert competence(1.0) == competence(3.0) == 1.0
+    values = [competence(t / 100) for t in range(101)]
+    assert values == sorted(values)
+
+
+def test_batch_difficulty_is_the_length_cdf_of_the_longest_target():
+    lengths = np.array([1, 2, 2, 3, 10])
+    difficulty = batch_difficulty(lengths, [np.array([0]), np.array([1, 2]), np.array([3, 4])])
+    assert difficulty.tolist() == [0.2, 0.6, 1.0]
+
+
+def test_curriculum_draws_only_batches_within_the_competence():
+    split, tgt_lengths = _length_split(400, 3)
+    plain = epoch_batches(split, 300, seed=7, epoch=1)
+    steps = len(plain) * 2  # the curriculum spans two epochs
+    first = epoch_batches(split, 300, seed=7, epoch=1, curriculum_steps=steps)
+    ordered = np.sort(tgt_lengths)
+    for position, batch in enumerate(first):
+        share = competence(position / steps)
+        allowed = ordered[max(0, int(np.ceil(share * len(ordered))) - 1)]
+        smallest_batch = min(int(tgt_lengths[b].max()) for b in plain)
+        assert tgt_lengths[batch].max() <= max(allowed, smallest_batch)
+    # early steps are short, and the batches come from the epoch's own set of batches
+    early = np.mean([tgt_lengths[b].max() for b in first[: len(first) // 4]])
+    assert early < np.mean([tgt_lengths[b].max() for b in plain])
+    plain_sets = {tuple(sorted(b.tolist())) for b in plain}
+    assert all(tuple(sorted(b.tolist())) in plain_sets for b in first)
+    # deterministic, and the epoch after the curriculum is the plain shuffled one
+    again = epoch_batches(split, 300, seed=7, epoch=1, curriculum_steps=steps)
+    assert [b.tolist() for b in first] == [b.tolist() for b in again]
+    third = epoch_batches(split, 300, seed=7, epoch=3, curriculum_steps=steps)
+    assert [b.tolist() for b in third] == [
+        b.tolist() for b in epoch_batches(split, 300, seed=7, epoch=3)
+    ]
+
+
+def test_curriculum_ending_mid_epoch_keeps_the_rest_of_that_epoch():
+    split, _ = _length_split(400, 4)
+    plain = epoch_batches(split, 300, seed=7, epoch=2)
+    steps = len(plain) + 5  # ends 5 steps into epoch 2
+    second = epoch_batches(split, 300, seed=7, epoch=2, curriculum_steps=steps)
+    assert [b.tolist() for b in second[5:]] == [b.tolist() for b in plain[5:]]
+    assert [b.tolist() for b in second[:5]] != [b.tolist() for b in plain[:5]]
 
 
 def test_padding_fraction(split):

@@ -14,10 +14,17 @@ Training batches are token-bucketed (:func:`epoch_batches`): sentences sorted by
 (random tie-break), grouped so that a batch holds about ``batch_tokens`` *padded* target
 tokens, and the batch order shuffled per epoch from ``(seed, epoch)`` alone, so a resumed
 run sees exactly the batches an uninterrupted one would.
+
+With a curriculum (``curriculum_steps`` T > 0), step t < T draws its batch at random from
+the easiest batches only: those whose longest target is within the shortest
+``competence(t / T)`` share of the training targets (Platanios et al. 2019, "Competence-
+based Curriculum Learning for Neural Machine Translation": sentence-length difficulty,
+eq. 3, square-root competence, eq. 7). Steps from T on take the shuffled epoch as usual.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -135,11 +142,51 @@ def token_batches(
 
 
 def epoch_batches(
-    split: TokenizedSplit, batch_tokens: int, *, seed: int, epoch: int
+    split: TokenizedSplit,
+    batch_tokens: int,
+    *,
+    seed: int,
+    epoch: int,
+    curriculum_steps: int = 0,
 ) -> list[np.ndarray]:
-    """Training batches (index arrays) of one epoch, a pure function of ``(seed, epoch)``."""
+    """Training batches (index arrays) of one epoch, a pure function of ``(seed, epoch)``
+    (and ``curriculum_steps``: the positions of the epoch that fall in the first
+    ``curriculum_steps`` steps of training take a competence-sampled batch instead)."""
     rng = np.random.default_rng([seed, epoch])
-    return token_batches(split.src_lengths, split.tgt_lengths, batch_tokens, rng)
+    batches = token_batches(split.src_lengths, split.tgt_lengths, batch_tokens, rng)
+    # Every epoch has the same number of batches: the cuts depend on the sorted lengths
+    # only, not on the tie-break. So epoch e starts at step (e - 1) * len(batches).
+    first_step = (epoch - 1) * len(batches)
+    if first_step >= curriculum_steps:
+        return batches
+    difficulty = batch_difficulty(split.tgt_lengths, batches)
+    easiest = np.argsort(difficulty, kind="stable")
+    ranked = difficulty[easiest]
+    pick = np.random.default_rng([seed, epoch, 1])  # not the epoch's shuffle stream
+    out = list(batches)
+    for position in range(min(len(batches), curriculum_steps - first_step)):
+        share = competence((first_step + position) / curriculum_steps)
+        eligible = max(1, int(np.searchsorted(ranked, share, side="right")))
+        out[position] = batches[easiest[pick.integers(eligible)]]
+    return out
+
+
+def competence(progress: float, initial: float = 0.01) -> float:
+    """The share of the training data (easiest first) a curriculum step may draw from,
+    ``progress`` = t / T: sqrt(t (1 - c0^2) / T + c0^2), 1 from T on (Platanios et al.
+    2019, eq. 7, with their c0 = 0.01)."""
+    if progress >= 1:
+        return 1.0
+    return math.sqrt(progress * (1 - initial**2) + initial**2)
+
+
+def batch_difficulty(tgt_lengths: np.ndarray, batches: list[np.ndarray]) -> np.ndarray:
+    """Per batch, the share of sentences whose target is no longer than the batch's
+    longest: the empirical length CDF (Platanios et al. 2019, sec. 3.1) of the length the
+    batch was cut by (its padded width)."""
+    ordered = np.sort(tgt_lengths)
+    longest = np.array([tgt_lengths[b].max() for b in batches])
+    return np.searchsorted(ordered, longest, side="right") / max(len(ordered), 1)
 
 
 def padding_fraction(split: TokenizedSplit, batches: list[np.ndarray]) -> dict[str, float]:
