@@ -166,10 +166,10 @@ def test_curriculum_draws_only_batches_within_the_competence():
     steps = len(plain) * 2  # the curriculum spans two epochs
     first = epoch_batches(split, 300, seed=7, epoch=1, curriculum_steps=steps)
     ordered = np.sort(tgt_lengths)
+    smallest_batch = min(int(tgt_lengths[b].max()) for b in plain)
     for position, batch in enumerate(first):
         share = competence(position / steps)
         allowed = ordered[max(0, int(np.ceil(share * len(ordered))) - 1)]
-        smallest_batch = min(int(tgt_lengths[b].max()) for b in plain)
         assert tgt_lengths[batch].max() <= max(allowed, smallest_batch)
     # early steps are short, and the batches come from the epoch's own set of batches
     early = np.mean([tgt_lengths[b].max() for b in first[: len(first) // 4]])
