@@ -13,6 +13,7 @@ most self time, then the matrix products grouped by role:
 
     python -m benchmarks.profile_step --wiring bahdanau --scorer additive
     python -m benchmarks.profile_step --batch-tokens 1000 --precision fp32
+    python -m benchmarks.profile_step --wiring luong --shapes aten::fill_ aten::copy_
 
 The profiler adds overhead to every operator call, most to the many small ones of a
 per-step loop: read the shares, not the milliseconds, and confirm a change with
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--steps", type=int, default=4)
     cli.add_argument("--top", type=int, default=15, help="operators listed by self time")
     cli.add_argument("--tok-dir", type=Path, default=Path("data/tok"))
+    cli.add_argument("--shapes", nargs="*", default=[], metavar="OPERATOR",
+                     help="also list these operators' time by input shapes")  # fmt: skip
     args = cli.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -104,6 +107,12 @@ def main(argv: list[str] | None = None) -> None:
         roles[role][1] += e.count
     print()
     print_shares("matrix products", roles, total, len(timed))
+    by_shape = prof.key_averages(group_by_input_shape=True)
+    for name in args.shapes:
+        shares = {str([s for s in e.input_shapes if s]): (e.self_cpu_time_total / 1e3, e.count)
+                  for e in by_shape if e.key == name}  # fmt: skip
+        print()
+        print_shares(f"{name} by input shapes", shares, total, len(timed), args.top)
 
 
 def print_shares(title: str, totals, total_ms: float, steps: int, top: int | None = None):
