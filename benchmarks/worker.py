@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from benchmarks import workloads
+from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
 
 logger = logging.getLogger("benchmarks.worker")
@@ -148,8 +149,13 @@ def main() -> None:
     threads = int(spec.get("threads", 1))
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
+    # the pipeline's allocator settings (pipeline.allocator) for every implementation,
+    # the reference included; "allocator": "default" keeps glibc's (benchmarks.allocator)
+    tuned = spec.get("allocator", "tuned") == "tuned" and tune_allocator()
     result = KINDS[spec["kind"]](spec)
-    result.update(threads=threads, peak_rss_mib=peak_rss_mib())
+    system_seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    result.update(threads=threads, peak_rss_mib=peak_rss_mib(), allocator_tuned=tuned,
+                  system_seconds=system_seconds)  # fmt: skip
     print("RESULT " + json.dumps(result), flush=True)
 
 

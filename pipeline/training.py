@@ -37,6 +37,7 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
+from pipeline.allocator import tune_allocator
 from pipeline.artifacts import VariantFiles
 from pipeline.config import TrainConfig
 from pipeline.data.batching import epoch_batches, make_batch, padding_fraction, token_batches
@@ -195,6 +196,7 @@ def train_variant(
 ) -> TrainResult:
     """Train ``variant`` on ``data`` (or the ``data/tok`` folder it names) into ``out_dir``;
     ``callback(row)`` after each evaluation, once its files in ``out_dir`` are written."""
+    tune_allocator()  # large tensors reused from the heap, not mapped anew each step
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not isinstance(data, TokenizedData):
