@@ -30,6 +30,7 @@ import torch
 from torch.profiler import profile
 
 from benchmarks import workloads
+from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")
@@ -48,6 +49,7 @@ def product_role(name: str, shapes: list[list[int]], batch: dict[str, int], voca
 
 
 def main(argv: list[str] | None = None) -> None:
+    tune_allocator()  # as training does (pipeline.allocator); ATTENTION_STUDY_MALLOC=default: off
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--scorer", default="additive")
     cli.add_argument("--wiring", default="bahdanau", choices=["luong", "bahdanau"])

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import workloads
+from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
 from pipeline.models.precision import PRECISIONS, resolve
 
@@ -33,6 +34,7 @@ CASES = [
 
 
 def main() -> None:
+    tune_allocator()  # as training does (pipeline.allocator); ATTENTION_STUDY_MALLOC=default: off
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per case")
