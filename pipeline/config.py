@@ -142,6 +142,14 @@ class ModelConfig(_Section):
     """Reverse the source tokens before the encoder (Sutskever 2014)."""
     tie_embeddings: bool = False
     """Tie the target embedding and output projection (needs equal sizes)."""
+    output_bias: Literal["unigram", "uniform"] = "unigram"
+    """Initial bias of the vocabulary projection: ``unigram`` sets it to the log
+    frequency of each target subword in the training split (add-one smoothed, end of
+    sentence counted once per sentence), so the first steps start from the unigram
+    distribution instead of spending updates to learn it (Karpathy 2019, "A recipe for
+    training neural networks": initialise the last layer's bias to the data's prior;
+    the time to quality it buys is measured in docs/budget.md); ``uniform`` keeps
+    torch's ``nn.Linear`` initialisation."""
     baseline: Literal["rnnencdec", "init_only"] = "rnnencdec"
     """``scorer: none`` only: how the decoder sees the source. ``rnnencdec`` (default) is
     Cho et al. (2014)'s RNN Encoder-Decoder, the RNNencdec baseline of Bahdanau et al.

@@ -303,6 +303,9 @@ class _Trainer:
         self.config_hash = variant.config_hash(data.fingerprint())
         torch.manual_seed(self.cfg.seed)
         self.model = Seq2Seq(variant.model, self.vocab.src_vocab_size, self.vocab.tgt_vocab_size)
+        if variant.model.output_bias == "unigram":
+            counts = self.train_split.target_counts(self.vocab.tgt_vocab_size)
+            self.model.init_output_bias(torch.from_numpy(counts))
         self.model.to(device)
         self.optimizer = make_optimizer(self.model, self.cfg.learning_rate)
         self.ema = self._make_ema()

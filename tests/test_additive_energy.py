@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pipeline.models import additive_energy as module
-from pipeline.models.additive_energy import additive_energy
+from pipeline.models.additive_energy import StepEnergy, additive_energy
 
 
 def _reference(query, keys, energy):
@@ -56,3 +56,29 @@ def test_bf16_inputs_give_fp32_scores_and_input_dtype_gradients():
     assert energy.grad.dtype == torch.float32
     expected = _reference(query.detach().float(), keys.detach().float(), energy.detach())
     torch.testing.assert_close(scores.detach(), expected)
+
+
+@pytest.mark.parametrize("block", [2**18, 12])  # one block per step; several rows per step
+def test_step_energy_sums_the_keys_gradient_over_steps(block, monkeypatch):
+    """A decoder loop scoring one query per step through StepEnergy gets the same scores
+    and gradients as T separate additive_energy calls, the keys' gradient included."""
+    monkeypatch.setattr(module, "BLOCK_ELEMENTS", block)
+    torch.manual_seed(0)
+    batch, steps, sources, size = 5, 4, 3, 4
+    inputs = [torch.randn(batch, steps, size, dtype=torch.float64),
+              torch.randn(batch, sources, size, dtype=torch.float64),
+              torch.randn(size, dtype=torch.float64)]  # fmt: skip
+    grads = torch.randn(steps, batch, 1, sources, dtype=torch.float64)
+    results = []
+    for stepped in (False, True):
+        query, keys, energy = [t.clone().requires_grad_() for t in inputs]
+        if stepped:
+            owner, anchors = StepEnergy.start(keys, steps)
+            scores = [owner(query[:, i : i + 1], energy, anchors[i]) for i in range(steps)]
+        else:
+            scores = [additive_energy(query[:, i : i + 1], keys, energy) for i in range(steps)]
+        torch.autograd.backward(scores, list(grads))
+        results.append([torch.cat(scores, 1).detach(), query.grad, keys.grad, energy.grad])
+    for expected, found in zip(*results):
+        torch.testing.assert_close(found, expected, rtol=1e-12, atol=1e-12)
+    assert results[1][2].abs().sum() > 0

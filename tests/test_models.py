@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from pipeline.data.batching import make_batch
-from pipeline.data.tokenized import PAD_ID, SubwordTokenizer, TokenizedData, TokenizedSplit
+from pipeline.data.tokenized import (
+    EOS_ID,
+    PAD_ID,
+    SubwordTokenizer,
+    TokenizedData,
+    TokenizedSplit,
+)
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint, save_checkpoint
 from pipeline.models.search import beam_search, greedy_search
 from pipeline.models.seq2seq import Seq2Seq
@@ -245,3 +251,46 @@ def test_load_checkpoint_rejects_other_files(tmp_path):
         load_checkpoint(path)
     with pytest.raises(FileNotFoundError, match="missing.pt"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_target_counts_count_every_output_and_one_end_of_sentence_each():
+    split = TokenizedSplit.from_sequences(SOURCES, TARGETS)
+    counts = split.target_counts(VOCAB)
+    expected = np.zeros(VOCAB, dtype=np.int64)
+    for target in TARGETS:
+        for token in target:
+            expected[token] += 1
+    expected[EOS_ID] = len(TARGETS)
+    assert counts.tolist() == expected.tolist()
+    with pytest.raises(ValueError, match="target id 23 >= vocabulary size 20"):
+        split.target_counts(20)
+
+
+def test_unigram_output_bias_starts_from_the_training_distribution(tiny_model_config):
+    split = TokenizedSplit.from_sequences(SOURCES, TARGETS)
+    counts = torch.from_numpy(split.target_counts(VOCAB))
+    model = Seq2Seq(tiny_model_config(scorer="additive"), VOCAB, VOCAB)
+    model.init_output_bias(counts)
+    smoothed = (counts + 1).double() / (counts + 1).sum()
+    probabilities = torch.softmax(model.generator(torch.zeros(1, 32)), dim=-1)[0]
+    torch.testing.assert_close(probabilities.double(), smoothed, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="output bias"):
+        model.init_output_bias(counts[:-1])
+
+
+def test_unigram_output_bias_lowers_the_untrained_loss(tiny_model_config):
+    """The point of the unigram bias: before any update, the loss is near the unigram
+    entropy instead of the uniform distribution's log V."""
+    split = TokenizedSplit.from_sequences(SOURCES, TARGETS)
+    batch = _toy_batch()
+    losses = {}
+    for bias in ("uniform", "unigram"):
+        torch.manual_seed(0)
+        model = Seq2Seq(tiny_model_config(scorer="dot", output_bias=bias), VOCAB, VOCAB)
+        if bias == "unigram":
+            model.init_output_bias(torch.from_numpy(split.target_counts(VOCAB)))
+        with torch.no_grad():
+            total, tokens = model.loss(batch)
+        losses[bias] = total.item() / tokens
+    assert losses["uniform"] == pytest.approx(np.log(VOCAB), abs=0.2)
+    assert losses["unigram"] < losses["uniform"] - 0.2

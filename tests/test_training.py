@@ -358,3 +358,18 @@ def test_weight_average_is_evaluated_checkpointed_and_resumed(make_variant, tiny
     _same_history(resumed.history, reference.history)
     again = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
     assert all(torch.equal(again["ema"][k], last["ema"][k]) for k in last["ema"])
+
+
+@pytest.mark.parametrize("output_bias", ["unigram", "uniform"])
+def test_output_bias_initialisation_follows_the_config(
+    output_bias, make_variant, tiny_tok_dir, tmp_path
+):
+    variant = make_variant()
+    variant = Variant(variant.id, variant.model.model_copy(update={"output_bias": output_bias}),
+                      variant.train, variant.axes)  # fmt: skip
+    data = TokenizedData.load(tiny_tok_dir)
+    trainer = training._Trainer(variant, data, tmp_path, None, "cpu")
+    bias = trainer.model.generator.bias.detach().double()
+    counts = torch.from_numpy(data.split("train").target_counts(bias.numel())).double() + 1
+    unigram = (counts / counts.sum()).log()
+    assert torch.allclose(bias, unigram, atol=1e-6) == (output_bias == "unigram")

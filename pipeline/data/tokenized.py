@@ -58,6 +58,15 @@ class TokenizedSplit:
     def target(self, index: int) -> np.ndarray:
         return self.tgt_ids[self.tgt_offsets[index] : self.tgt_offsets[index + 1]]
 
+    def target_counts(self, vocab_size: int) -> np.ndarray:
+        """(vocab_size,) int64: how often each id is a decoder output in this split, the
+        end-of-sentence id counted once per sentence (it ends every target)."""
+        counts = np.bincount(self.tgt_ids, minlength=vocab_size).astype(np.int64)
+        if len(counts) > vocab_size:
+            raise TokenizedDataError(f"target id {len(counts) - 1} >= vocabulary size {vocab_size}")
+        counts[EOS_ID] += len(self)
+        return counts
+
     def subset(self, indices: np.ndarray) -> TokenizedSplit:
         """A new split with the sentences at ``indices`` (in that order)."""
         src = [self.source(i) for i in indices]

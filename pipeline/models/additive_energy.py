@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from pipeline.models.step_sink import step_anchors
+
 BLOCK_ELEMENTS = 2**18
 """Elements of one (b, t, S, A) block: 1 MB of float32, inside a core's L2 cache."""
 
@@ -35,7 +37,46 @@ BLOCK_ELEMENTS = 2**18
 def additive_energy(query: torch.Tensor, keys: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
     """query (B, T, A) = W_a s, keys (B, S, A) = U_a h, energy (A,) = v_a -> scores (B, T, S)
     in float32 (float64 for float64 inputs)."""
-    return _AdditiveEnergy.apply(query, keys, energy)
+    return _AdditiveEnergy.apply(query, keys, energy, None, None)
+
+
+class StepEnergy:
+    """The additive energy of each step of a decoder loop against keys that every step
+    reads, with the keys' gradient summed in one buffer.
+
+    Through autograd, each of the T steps' backward returns its own (B, S, A) gradient
+    for the keys, which autograd then adds into the running total: per step a fresh
+    multi-MB tensor and two more passes over it. Here each step's backward adds its
+    ``dk_s = sum_t dpre_ts`` into one buffer, and a sink (:mod:`pipeline.models.step_sink`)
+    hands that buffer to autograd once, as the keys' gradient of the whole loop.
+
+        energy, anchors = StepEnergy.start(keys, steps=T)
+        for i in range(T):
+            scores_i = energy(query_i, v, anchors[i])  # (B, 1, S)
+    """
+
+    def __init__(self, keys: torch.Tensor):
+        self.keys = keys.detach()  # (B, S, A)
+        self.grad_keys: torch.Tensor | None = None  # the sum over steps, made in backward
+
+    @classmethod
+    def start(cls, keys: torch.Tensor, steps: int) -> tuple[StepEnergy, tuple[torch.Tensor, ...]]:
+        """An energy against ``keys`` (B, S, A) and one anchor per step (the caller keeps
+        them)."""
+        owner = cls(keys)
+        return owner, step_anchors(owner, (steps,), 0, keys)
+
+    def __call__(self, query: torch.Tensor, energy: torch.Tensor, anchor: torch.Tensor):
+        """query (B, T, A) of the next step(s), energy v_a (A,), the step's anchor ->
+        scores (B, T, S) as :func:`additive_energy`."""
+        return _AdditiveEnergy.apply(query, self.keys, energy, anchor, self)
+
+    def gradients(self, grad: torch.Tensor) -> tuple[torch.Tensor]:
+        """The keys' gradient: the sum the steps' backward passes wrote."""
+        total, self.grad_keys = self.grad_keys, None
+        if total is None:  # no step needed one
+            total = torch.zeros_like(self.keys)
+        return (total.to(self.keys.dtype),)
 
 
 def _block_shape(
@@ -67,7 +108,8 @@ def _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1) -> torch.Tensor:
 
 class _AdditiveEnergy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, keys, energy):
+    def forward(ctx, query, keys, energy, anchor, owner):
+        ctx.owner = owner  # a StepEnergy: the keys' gradient goes into its buffer
         ctx.dtypes = (query.dtype, keys.dtype, energy.dtype)
         with torch.autocast(query.device.type, enabled=False):
             dtype = torch.promote_types(query.dtype, torch.float32)  # float64 stays
@@ -92,7 +134,13 @@ class _AdditiveEnergy(torch.autograd.Function):
         with torch.autocast(query2.device.type, enabled=False):
             grad_scores = grad_scores.to(query2.dtype)
             (B, T, A), S = query2.shape, keys.size(1)
-            grad_query, grad_keys = torch.empty_like(query2), torch.zeros_like(keys)
+            owner, grad_keys = ctx.owner, None
+            if owner is not None:  # a step of a loop: add into the loop's one buffer
+                grad_keys = owner.grad_keys
+            fresh = grad_keys is None  # each row's first block writes its rows, no zeros
+            if fresh:
+                grad_keys = torch.empty_like(keys)
+            grad_query = torch.empty_like(query2)
             grad_energy = torch.zeros_like(energy)
             b_size, t_size = _block_shape(B, T, S, A, query2.device)
             buffer = query2.new_empty(b_size * t_size * S * A)
@@ -104,6 +152,14 @@ class _AdditiveEnergy(torch.autograd.Function):
                 block.mul_(block).sub_(1)  # h^2 - 1
                 block.mul_(grad.unsqueeze(-1)).mul_(-energy)  # de (1 - h^2) v
                 grad_query[b0:b1, t0:t1] = block.sum(2)
-                grad_keys[b0:b1] += block.sum(1)
+                rows = block[:, 0] if block.size(1) == 1 else block.sum(1)  # (b, S, A)
+                if fresh and t0 == 0:
+                    grad_keys[b0:b1] = rows
+                else:
+                    grad_keys[b0:b1] += rows
         dtypes = ctx.dtypes
-        return grad_query.to(dtypes[0]), grad_keys.to(dtypes[1]), grad_energy.to(dtypes[2])
+        grad_query, grad_energy = grad_query.to(dtypes[0]), grad_energy.to(dtypes[2])
+        if owner is not None:
+            owner.grad_keys = grad_keys
+            return grad_query, None, grad_energy, grad_scores.new_zeros(()), None
+        return grad_query, grad_keys.to(dtypes[1]), grad_energy, None, None

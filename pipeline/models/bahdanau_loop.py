@@ -10,7 +10,9 @@ to looping ``BahdanauDecoder._recur`` over a ``StackedCell`` (tests/test_models.
 - the gates are torch's GRUCell equations in float32 (r, z, n order), so the state stays
   float32 under autocast; weights are cast to the autocast dtype once per batch;
 - the context reads the values through a :class:`~pipeline.models.attention.StepReader`
-  (their gradient in one product per batch), and both per-step products are
+  (their gradient in one product per batch), the scorer scores through its
+  ``step_scorer`` (additive: the keys' gradient summed in one buffer,
+  :class:`~pipeline.models.additive_energy.StepEnergy`), and both per-step products are
   :class:`~pipeline.models.step_linear.StepLinear` (their weights' gradients in one
   product per batch);
 - no dropout mask is drawn past the only layer.
@@ -55,17 +57,18 @@ def gru_attention_loop(
     recurrent_layer, recurrent_anchors = StepLinear.start(weight, bias, steps, batch)
     context_layer, context_anchors = StepLinear.start(context_weight, None, steps, batch)
     reader, read_anchors = StepReader.start(memory.values, steps)
+    score, score_anchors = scorer.step_scorer(memory.keys, steps)
     tops, contexts, weights = [], [], []
     # unbind/split, not [:, t] slices: a slice's backward writes its gradient into a
     # fresh zero tensor of the whole input, T times a (B, T, 3H) tensor per batch
-    anchors = zip(recurrent_anchors, context_anchors, read_anchors)
-    for step_inputs, (recurrent_anchor, context_anchor, read_anchor) in zip(
+    anchors = zip(recurrent_anchors, context_anchors, read_anchors, score_anchors)
+    for step_inputs, (recurrent_anchor, context_anchor, read_anchor, score_anchor) in zip(
         input_part.unbind(1), anchors
     ):  # (B, 3H) each
         recurrent = recurrent_layer(hidden, recurrent_anchor)  # (B, 3H [+ A])
         recurrent, query = recurrent.split([3 * size, recurrent.size(1) - 3 * size], 1)
         query = hidden if query_layer is None else query
-        scores = scorer.score_projected(query.unsqueeze(1), memory.keys)  # (B, 1, S)
+        scores = score(query.unsqueeze(1), score_anchor)  # (B, 1, S)
         weight_t = attention_weights(scores, memory.src_mask).squeeze(1)  # a_i, (B, S)
         context = reader.read(weight_t, read_anchor)  # c_i, (B, H)
         gates = context_layer(context, context_anchor, addend=step_inputs)  # (B, 3H)

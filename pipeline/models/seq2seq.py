@@ -52,6 +52,18 @@ class Seq2Seq(nn.Module):
         if config.tie_embeddings:
             self.generator.weight = self.decoder.embedding.weight
 
+    def init_output_bias(self, counts: torch.Tensor) -> None:
+        """Set the vocabulary projection's bias to the log unigram distribution of the
+        target ``counts`` (V,), add-one smoothed: at the first step the model predicts
+        the corpus's subword frequencies (``model.output_bias: unigram``)."""
+        if counts.shape != self.generator.bias.shape:
+            raise ValueError(
+                f"output bias: {tuple(counts.shape)} counts for {self.tgt_vocab_size} targets"
+            )
+        smoothed = counts.double() + 1
+        with torch.no_grad():
+            self.generator.bias.copy_((smoothed / smoothed.sum()).log())
+
     @property
     def has_attention(self) -> bool:
         return self.decoder.scorer is not None
