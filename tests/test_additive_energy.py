@@ -58,7 +58,7 @@ def test_bf16_inputs_give_fp32_scores_and_input_dtype_gradients():
     torch.testing.assert_close(scores.detach(), expected)
 
 
-@pytest.mark.parametrize("block", [2**18, 12])  # one block per step; several rows per step
+@pytest.mark.parametrize("block", [2**18, 24])  # one block per step; 2 rows a block, ragged
 def test_step_energy_sums_the_keys_gradient_over_steps(block, monkeypatch):
     """A decoder loop scoring one query per step through StepEnergy gets the same scores
     and gradients as T separate additive_energy calls, the keys' gradient included."""

@@ -286,7 +286,7 @@ def test_unigram_output_bias_lowers_the_untrained_loss(tiny_model_config):
     losses = {}
     for bias in ("uniform", "unigram"):
         torch.manual_seed(0)
-        model = Seq2Seq(tiny_model_config(scorer="dot", output_bias=bias), VOCAB, VOCAB)
+        model = Seq2Seq(tiny_model_config(scorer="dot"), VOCAB, VOCAB)
         if bias == "unigram":
             model.init_output_bias(torch.from_numpy(split.target_counts(VOCAB)))
         with torch.no_grad():

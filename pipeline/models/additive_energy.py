@@ -53,6 +53,9 @@ class StepEnergy:
         energy, anchors = StepEnergy.start(keys, steps=T)
         for i in range(T):
             scores_i = energy(query_i, v, anchors[i])  # (B, 1, S)
+
+    One backward per forward, through the keys: the buffer is handed over (and reset) by
+    the sink, which a backward that does not reach the keys never runs.
     """
 
     def __init__(self, keys: torch.Tensor):
@@ -66,7 +69,9 @@ class StepEnergy:
         owner = cls(keys)
         return owner, step_anchors(owner, (steps,), 0, keys)
 
-    def __call__(self, query: torch.Tensor, energy: torch.Tensor, anchor: torch.Tensor):
+    def __call__(
+        self, query: torch.Tensor, energy: torch.Tensor, anchor: torch.Tensor
+    ) -> torch.Tensor:
         """query (B, T, A) of the next step(s), energy v_a (A,), the step's anchor ->
         scores (B, T, S) as :func:`additive_energy`."""
         return _AdditiveEnergy.apply(query, self.keys, energy, anchor, self)
@@ -113,7 +118,8 @@ class _AdditiveEnergy(torch.autograd.Function):
         ctx.dtypes = (query.dtype, keys.dtype, energy.dtype)
         with torch.autocast(query.device.type, enabled=False):
             dtype = torch.promote_types(query.dtype, torch.float32)  # float64 stays
-            # keys are not copied: a per-step decoder calls this T times with the same keys
+            # keys are not copied: AdditiveScorer.precompute makes them float32 once, and a
+            # per-step decoder calls this T times with the same keys
             query2, keys, energy = query.to(dtype) * 2, keys.to(dtype), energy.to(dtype)
             (B, T, A), S = query.shape, keys.size(1)
             scores = query2.new_empty((B, T, S))
@@ -134,12 +140,11 @@ class _AdditiveEnergy(torch.autograd.Function):
         with torch.autocast(query2.device.type, enabled=False):
             grad_scores = grad_scores.to(query2.dtype)
             (B, T, A), S = query2.shape, keys.size(1)
-            owner, grad_keys = ctx.owner, None
-            if owner is not None:  # a step of a loop: add into the loop's one buffer
-                grad_keys = owner.grad_keys
+            owner = ctx.owner  # a step of a loop: dk goes into the loop's one buffer
+            grad_keys = None if owner is None else owner.grad_keys
             fresh = grad_keys is None  # each row's first block writes its rows, no zeros
             if fresh:
-                grad_keys = torch.empty_like(keys)
+                grad_keys = torch.empty_like(keys) if B and T else torch.zeros_like(keys)
             grad_query = torch.empty_like(query2)
             grad_energy = torch.zeros_like(energy)
             b_size, t_size = _block_shape(B, T, S, A, query2.device)
