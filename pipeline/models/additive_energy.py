@@ -77,10 +77,9 @@ class StepEnergy:
         return _AdditiveEnergy.apply(query, self.keys, energy, anchor, self)
 
     def gradients(self, grad: torch.Tensor) -> tuple[torch.Tensor]:
-        """The keys' gradient: the sum the steps' backward passes wrote."""
+        """The keys' gradient: the sum the steps' backward passes wrote (the sink runs only
+        after every step's backward, so there is one)."""
         total, self.grad_keys = self.grad_keys, None
-        if total is None:  # no step needed one
-            total = torch.zeros_like(self.keys)
         return (total.to(self.keys.dtype),)
 
 
