@@ -7,7 +7,12 @@ on ``data/tok``, the default corpus), and JoeyNMT 2.3 on the same train/dev spli
 Runs go two at a time (this machine has two cores), so each pair is measured side by
 side. Each run records its curve: the trainer's own greedy dev BLEU on the first 300 dev
 sentences (detokenized, sacreBLEU) at every evaluation, against minutes since training
-started (evaluation time included, for both toolkits).
+started (evaluation time included, for both toolkits). Our runs also *probe* dev BLEU
+every 25 steps up to step 750 (``--probe-every``, ``--probe-until``; :func:`probed`): the
+same score between the trainer's evaluations, taken off its clock, so that the minutes to
+dev BLEU 8 (about a minute for ours) are not read at the 0.65-minute spacing of its
+evaluations. The summary gives how many times sooner than JoeyNMT each additive run
+reached dev BLEU 8, and the range the two curves' spacing leaves for that ratio.
 
     python -m benchmarks.time_to_quality --minutes 12           # about 25 minutes here
     python -m benchmarks.time_to_quality --minutes 12 \
@@ -80,14 +85,59 @@ def worker(spec: dict[str, Any]) -> None:
     def report(row: dict[str, Any]) -> None:
         print(json.dumps({"row": row}), flush=True)
 
+    probes = spec.get("probes")
     with tempfile.TemporaryDirectory(prefix="ttq-") as folder:
-        result = train_variant(variant, ROOT / "data" / "tok", Path(folder), callback=report)
+        with probed(probes["every"], probes["until"]) if probes else contextlib.nullcontext():
+            result = train_variant(variant, ROOT / "data" / "tok", Path(folder), callback=report)
     print(json.dumps({"tokens_per_s": result.tokens_per_s, "steps": result.steps}), flush=True)
 
 
+@contextlib.contextmanager
+def probed(every: int, until: int):
+    """Within it, ``train_variant`` also scores dev BLEU every ``every`` steps up to step
+    ``until`` (a *probe*: a finer curve than the trainer's own evaluations), printing
+    ``{"probe": row}`` lines.
+
+    A probe is measurement, not training: the same greedy dev BLEU as an evaluation, on the
+    evaluated model, but it feeds no checkpoint, learning-rate decay or early stopping, it
+    draws no random numbers, and its time is taken off the trainer's clock (its wall time,
+    and so the time budget, run as without it). The trainer's own evaluations stay on the
+    clock. Steps where the trainer evaluates anyway are not probed."""
+    from pipeline import training
+
+    base = training._Trainer
+
+    class ProbedTrainer(base):
+        def _train_step(self, batch) -> None:
+            super()._train_step(batch)
+            step, regular = self.progress.step, self.cfg.eval_every_steps
+            if step % every or step > until or (regular and step % regular == 0):
+                return
+            start = time.perf_counter()
+            bleu = training.dev_bleu(
+                self._evaluated_model(), self.dev.bleu_split, self.dev.tokenizer,
+                max_ratio=self.cfg.max_decode_ratio, device=self.device,
+                precision=self.precision,
+            )  # fmt: skip
+            self._session_start += time.perf_counter() - start  # off the clock
+            row = {"epoch": self.progress.epoch, "step": step, "dev_bleu": bleu,
+                   "wall_time": self._wall_time(), "tokens_per_s": None,
+                   "probe_seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+            print(json.dumps({"probe": row}), flush=True)
+
+    training._Trainer = ProbedTrainer
+    try:
+        yield
+    finally:
+        training._Trainer = base
+
+
 # ------------------------------------------------------------------------ driver
-def _ours(name: str, scorer: str, minutes: float, overrides: dict[str, Any]) -> dict[str, Any]:
-    spec = {"name": name, "scorer": scorer, "minutes": minutes, "overrides": overrides}
+def _ours(
+    name: str, scorer: str, minutes: float, overrides: dict[str, Any], probes: dict[str, int]
+) -> dict[str, Any]:
+    spec = {"name": name, "scorer": scorer, "minutes": minutes, "overrides": overrides,
+            "probes": probes}  # fmt: skip
     command = [sys.executable, "-m", "benchmarks.time_to_quality", "--worker", json.dumps(spec)]
     return {"name": name, "kind": "ours", "command": command}
 
@@ -111,11 +161,13 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
         stdout, stderr = run.pop("process").communicate()
         if run["kind"] == "ours":
             lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
-            rows = [x["row"] for x in lines if "row" in x]
+            rows = [(x.get("row") or x["probe"], "probe" in x) for x in lines
+                    if "row" in x or "probe" in x]  # fmt: skip
             run["curve"] = [
                 {"minutes": r["wall_time"] / 60, "epoch": r["epoch"], "step": r["step"],
-                 "dev_bleu": r["dev_bleu"], "tokens_per_s": r["tokens_per_s"]}
-                for r in rows
+                 "dev_bleu": r["dev_bleu"], "tokens_per_s": r["tokens_per_s"],
+                 **({"probe": True, "probe_seconds": r["probe_seconds"]} if probe else {})}
+                for r, probe in rows
             ]  # fmt: skip
             run.update(next((x for x in lines if "steps" in x), {}))
         else:
@@ -132,6 +184,32 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
 def time_to(curve: list[dict[str, Any]], target: float) -> float | None:
     """Minutes at the first evaluation whose dev BLEU reaches ``target`` (None: never)."""
     return next((p["minutes"] for p in curve if p["dev_bleu"] >= target), None)
+
+
+def crossing_bracket(curve: list[dict[str, Any]], target: float) -> tuple[float, float] | None:
+    """(minutes at the point before the first that reaches ``target`` (0 if none), minutes at
+    that first point): the curve first reached ``target`` in between. None: never."""
+    for i, point in enumerate(curve):
+        if point["dev_bleu"] >= target:
+            return (curve[i - 1]["minutes"] if i else 0.0), point["minutes"]
+    return None
+
+
+def speedup(peer: list[dict[str, Any]], ours: list[dict[str, Any]], target: float):
+    """How many times sooner ``ours`` first reached ``target`` than ``peer``: at the first
+    points that reach it, and the range the true crossings allow (the peer's earliest over
+    ours' latest, the peer's latest over ours' earliest). None where either never did."""
+    peer_bracket, ours_bracket = crossing_bracket(peer, target), crossing_bracket(ours, target)
+    if peer_bracket is None or ours_bracket is None:
+        return None
+    (peer_low, peer_high), (ours_low, ours_high) = peer_bracket, ours_bracket
+    return {
+        "at_points": peer_high / ours_high,
+        "low": peer_low / ours_high,
+        "high": peer_high / ours_low if ours_low > 0 else float("inf"),
+        "peer": list(peer_bracket),
+        "ours": list(ours_bracket),
+    }
 
 
 def trend_time_to(curve: list[dict[str, Any]], target: float) -> float | None:
@@ -202,14 +280,15 @@ def plan_runs(args, sets: dict[str, dict[str, Any]], tree: Path | None, scratch:
     """Our runs (each ``--set`` for each scorer, the ``--rev`` run beside the defaults) and
     the peer, in the order they go two at a time."""
     runs = []
+    probes = {"every": args.probe_every, "until": args.probe_until} if args.probe_every else {}
     for name, overrides in sets.items():
         for scorer in args.scorers:
             if only_scorer(name) not in ("", scorer):
                 continue
-            runs.append({**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides),
+            runs.append({**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides, probes),
                          "overrides": overrides})  # fmt: skip
             if tree is not None and name == "defaults":  # the revision's run, beside it
-                runs.append({**_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}),
+                runs.append({**_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}, {}),
                              "overrides": {}, "revision": args.rev, "cwd": tree})  # fmt: skip
     if not args.no_peer:
         runs.insert(1 if tree is None else len(runs), _peer(args.minutes, scratch / "joeynmt"))
@@ -227,6 +306,13 @@ def main(argv: list[str] | None = None) -> None:
         help="also run each scorer with the trainer and params.yaml of this git revision "
         "(e.g. the issue day's trainer), each paired with today's defaults",
     )
+    cli.add_argument(
+        "--probe-every", type=int, default=25, metavar="STEPS",
+        help="our runs (not --rev's) also score dev BLEU every STEPS steps, off the clock, "
+        "for a finer early curve (0: only the trainer's evaluations)",
+    )  # fmt: skip
+    cli.add_argument("--probe-until", type=int, default=750, metavar="STEP",
+                     help="the last step probed")  # fmt: skip
     cli.add_argument("--render", type=Path, metavar="JSON",
                      help="only recompute the summary of an earlier results .json")  # fmt: skip
     cli.add_argument("--worker", help=argparse.SUPPRESS)
@@ -284,6 +370,10 @@ def summarize(runs: list[dict[str, Any]], targets: dict[str, float | None]) -> N
         run["minutes_to_target"] = time_to(run["curve"], target) if target else None
         run["minutes_to_target_trend"] = trend_time_to(run["curve"], target) if target else None
         run["minutes_to_bleu8"] = time_to(run["curve"], PEER_BLEU)
+    peer = next((r for r in runs if r["kind"] == "peer"), None)
+    for run in runs:
+        if peer is not None and run["kind"] == "ours" and run["name"].startswith("additive"):
+            run["peer_speedup_bleu8"] = speedup(peer["curve"], run["curve"], PEER_BLEU)
 
 
 def rerender(path: Path) -> None:
@@ -324,9 +414,27 @@ def render(results: dict[str, Any]) -> str:
             f"{_fmt(run.get('minutes_to_target_trend'))} | {_fmt(run['minutes_to_bleu8'])} | "
             f"{_fmt(tokens, 0)} | {best:.2f} |"
         )
-    lines += ["", "Curves (minutes: dev BLEU):", ""]
+    ratios = [(r["name"], r["peer_speedup_bleu8"]) for r in results["runs"]
+              if r.get("peer_speedup_bleu8")]  # fmt: skip
+    if ratios:
+        lines += ["", f"Times sooner than JoeyNMT to dev BLEU {PEER_BLEU:g} (its first point "
+                  "reaching it over ours; each curve first reached it after its point before "
+                  "that, so the true ratio lies in the range):", ""]  # fmt: skip
+        for name, ratio in ratios:
+            (peer_low, peer_high), (ours_low, ours_high) = ratio["peer"], ratio["ours"]
+            lines.append(
+                f"- {name}: {ratio['at_points']:.1f}x at the points ({peer_high:.2f} vs "
+                f"{ours_high:.2f} min); range {ratio['low']:.1f}x-{ratio['high']:.1f}x (JoeyNMT "
+                f"crossed in ({peer_low:.2f}, {peer_high:.2f}], ours in ({ours_low:.2f}, "
+                f"{ours_high:.2f}])"
+            )
+    lines += ["", "Curves (minutes: dev BLEU; probes, off the trainer's clock, in italics):", ""]
     for run in results["runs"]:
-        points = ", ".join(f"{p['minutes']:.1f}: {p['dev_bleu']:.1f}" for p in run["curve"])
+        points = ", ".join(
+            (f"*{p['minutes']:.2f}: {p['dev_bleu']:.1f}*" if p.get("probe")
+             else f"{p['minutes']:.1f}: {p['dev_bleu']:.1f}")
+            for p in run["curve"]
+        )  # fmt: skip
         lines.append(f"- **{run['name']}**: {points}")
     return "\n".join(lines) + "\n"
 

@@ -1,8 +1,16 @@
-"""The time-to-quality benchmark's statistics (the benchmark itself is not a test)."""
+"""The time-to-quality benchmark's statistics and probes (the benchmark itself is not a test)."""
 
 from __future__ import annotations
 
-from benchmarks.time_to_quality import time_to, trend_time_to
+import json
+
+import torch
+
+from benchmarks.time_to_quality import crossing_bracket, probed, speedup, time_to, trend_time_to
+from pipeline import training
+from pipeline.config import TrainConfig
+from pipeline.grid import Variant
+from pipeline.training import train_variant
 
 
 def _curve(values: list[float]) -> list[dict[str, float]]:
@@ -29,3 +37,39 @@ def test_trend_equals_first_crossing_on_a_rising_curve():
     for target in (0.5, 3.0, 5.0, 9.0):
         assert trend_time_to(curve, target) == time_to(curve, target)
     assert trend_time_to([], 1.0) is None
+
+
+def test_speedup_brackets_the_true_crossings():
+    peer = _curve([1.0, 5.0, 7.0, 9.0])  # reaches 8 at minute 4, after 3
+    ours = [{"minutes": m, "dev_bleu": b} for m, b in [(0.5, 6.0), (1.0, 8.5), (1.5, 7.0)]]
+    ratio = speedup(peer, ours, 8.0)
+    assert ratio["at_points"] == 4.0
+    assert (ratio["low"], ratio["high"]) == (3.0, 8.0)
+    assert crossing_bracket(ours, 6.0) == (0.0, 0.5)
+    assert speedup(peer, ours, 9.5) is None
+    assert speedup(peer, ours, 6.0)["high"] == float("inf")
+
+
+def test_probes_leave_training_unchanged_and_print_a_finer_curve(
+    tiny_tok_dir, tiny_model_config, tmp_path, capsys
+):
+    """A probe only measures: same history and weights as without it, its rows on stdout."""
+    model = tiny_model_config(scorer="additive", dropout=0.1)
+    config = TrainConfig(batch_tokens=60, learning_rate=0.01, max_epochs=2, patience=5,
+                         eval_every_steps=4, dev_bleu_sentences=8)  # fmt: skip
+    variant = Variant("additive-fwd-h32-s1", model, config, {"scorer": "additive"})
+    plain = train_variant(variant, tiny_tok_dir, tmp_path / "plain")
+    capsys.readouterr()
+    with probed(every=2, until=9):
+        probed_run = train_variant(variant, tiny_tok_dir, tmp_path / "probed")
+    assert training._Trainer.__name__ == "_Trainer"  # restored on exit
+    probes = [json.loads(x)["probe"] for x in capsys.readouterr().out.splitlines()]
+    assert [p["step"] for p in probes] == [2, 6]  # 4 and 8 are the trainer's evaluations
+    assert all(0 <= p["dev_bleu"] <= 100 and p["probe_seconds"] >= 0 for p in probes)
+    timing = {"tokens_per_s", "wall_time"}
+    assert [{k: v for k, v in r.items() if k not in timing} for r in plain.history] == [
+        {k: v for k, v in r.items() if k not in timing} for r in probed_run.history
+    ]
+    first = torch.load(tmp_path / "plain" / "last.pt", weights_only=False)["model"]
+    second = torch.load(tmp_path / "probed" / "last.pt", weights_only=False)["model"]
+    assert all(torch.equal(first[k], second[k]) for k in first)
