@@ -58,25 +58,34 @@ def test_bf16_inputs_give_fp32_scores_and_input_dtype_gradients():
     torch.testing.assert_close(scores.detach(), expected)
 
 
-@pytest.mark.parametrize("block", [2**18, 24])  # one block per step; 2 rows a block, ragged
-def test_step_energy_sums_the_keys_gradient_over_steps(block, monkeypatch):
-    """A decoder loop scoring one query per step through StepEnergy gets the same scores
-    and gradients as T separate additive_energy calls, the keys' gradient included."""
+@pytest.mark.parametrize(("block", "per_call"), [
+    (2**18, 1),  # one block per step
+    (24, 1),  # 2 rows a block, ragged
+    (2**18, 2),  # two steps a call, one block
+    (24, 2),  # two steps a call: 2 rows a block
+    (8, 2),  # two steps a call: a row's steps split over blocks
+])  # fmt: skip
+def test_step_energy_sums_the_keys_gradient_over_steps(block, per_call, monkeypatch):
+    """A decoder loop scoring its queries through StepEnergy (one or two steps a call) gets
+    the same scores and gradients as separate additive_energy calls, the keys' gradient
+    included, also where one call's steps are split over blocks."""
     monkeypatch.setattr(module, "BLOCK_ELEMENTS", block)
     torch.manual_seed(0)
     batch, steps, sources, size = 5, 4, 3, 4
     inputs = [torch.randn(batch, steps, size, dtype=torch.float64),
               torch.randn(batch, sources, size, dtype=torch.float64),
               torch.randn(size, dtype=torch.float64)]  # fmt: skip
-    grads = torch.randn(steps, batch, 1, sources, dtype=torch.float64)
+    calls = steps // per_call
+    grads = torch.randn(calls, batch, per_call, sources, dtype=torch.float64)
     results = []
     for stepped in (False, True):
         query, keys, energy = [t.clone().requires_grad_() for t in inputs]
+        parts = [query[:, i * per_call : (i + 1) * per_call] for i in range(calls)]
         if stepped:
-            owner, anchors = StepEnergy.start(keys, steps)
-            scores = [owner(query[:, i : i + 1], energy, anchors[i]) for i in range(steps)]
+            owner, anchors = StepEnergy.start(keys, calls)
+            scores = [owner(part, energy, anchor) for part, anchor in zip(parts, anchors)]
         else:
-            scores = [additive_energy(query[:, i : i + 1], keys, energy) for i in range(steps)]
+            scores = [additive_energy(part, keys, energy) for part in parts]
         torch.autograd.backward(scores, list(grads))
         results.append([torch.cat(scores, 1).detach(), query.grad, keys.grad, energy.grad])
     for expected, found in zip(*results):
