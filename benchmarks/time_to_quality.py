@@ -197,14 +197,18 @@ def crossing_bracket(curve: list[dict[str, Any]], target: float) -> tuple[float,
 
 def speedup(peer: list[dict[str, Any]], ours: list[dict[str, Any]], target: float):
     """How many times sooner ``ours`` first reached ``target`` than ``peer``: at the first
-    points that reach it, and the range the true crossings allow (the peer's earliest over
-    ours' latest, the peer's latest over ours' earliest). None where either never did."""
+    points that reach it, the range the true crossings allow (the peer's earliest over
+    ours' latest, the peer's latest over ours' earliest), and by the two curves' monotone
+    trends (:func:`trend_time_to`, which a lucky point does not move). None where either
+    never did."""
     peer_bracket, ours_bracket = crossing_bracket(peer, target), crossing_bracket(ours, target)
     if peer_bracket is None or ours_bracket is None:
         return None
     (peer_low, peer_high), (ours_low, ours_high) = peer_bracket, ours_bracket
+    peer_trend, ours_trend = trend_time_to(peer, target), trend_time_to(ours, target)
     return {
         "at_points": peer_high / ours_high,
+        "trend": peer_trend / ours_trend if peer_trend and ours_trend else None,
         "low": peer_low / ours_high,
         "high": peer_high / ours_low if ours_low > 0 else float("inf"),
         "peer": list(peer_bracket),
@@ -426,7 +430,7 @@ def render(results: dict[str, Any]) -> str:
                 f"- {name}: {ratio['at_points']:.1f}x at the points ({peer_high:.2f} vs "
                 f"{ours_high:.2f} min); range {ratio['low']:.1f}x-{ratio['high']:.1f}x (JoeyNMT "
                 f"crossed in ({peer_low:.2f}, {peer_high:.2f}], ours in ({ours_low:.2f}, "
-                f"{ours_high:.2f}])"
+                f"{ours_high:.2f}]); by the trends {_fmt(ratio.get('trend'))}x"
             )
     lines += ["", "Curves (minutes: dev BLEU; probes, off the trainer's clock, in italics):", ""]
     for run in results["runs"]:

@@ -41,10 +41,12 @@ def test_trend_equals_first_crossing_on_a_rising_curve():
 
 def test_speedup_brackets_the_true_crossings():
     peer = _curve([1.0, 5.0, 7.0, 9.0])  # reaches 8 at minute 4, after 3
-    ours = [{"minutes": m, "dev_bleu": b} for m, b in [(0.5, 6.0), (1.0, 8.5), (1.5, 7.0)]]
+    ours = [{"minutes": m, "dev_bleu": b}
+            for m, b in [(0.5, 6.0), (1.0, 8.5), (1.5, 7.0), (2.0, 9.0)]]  # fmt: skip
     ratio = speedup(peer, ours, 8.0)
     assert ratio["at_points"] == 4.0
     assert (ratio["low"], ratio["high"]) == (3.0, 8.0)
+    assert ratio["trend"] == 2.0  # ours' 8.5 pools with the 7.0 after it (7.75): 8 at 2.0
     assert crossing_bracket(ours, 6.0) == (0.0, 0.5)
     assert speedup(peer, ours, 9.5) is None
     assert speedup(peer, ours, 6.0)["high"] == float("inf")
