@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup browser study test test-fast lint bench
+.PHONY: setup browser study test test-fast lint bench time-to-quality
 
 setup: $(VENV)/.installed
 
@@ -38,3 +38,11 @@ lint: setup
 
 bench: setup          ## speed/memory benchmarks (not part of the tests)
 	python -m benchmarks.run
+
+# Issue 13's measurement: dev BLEU against minutes for our trainer, the issue day's
+# (18c646f) and JoeyNMT (its own venv, JOEYNMT_VENV), two at a time, about 40 minutes;
+# needs data/tok (`dvc repro tokenize`). Results: benchmarks/results/time_to_quality.md.
+JOEYNMT_VENV ?= /work/joeynmt-venv
+time-to-quality: setup  ## time-to-quality table with the JoeyNMT peer (not part of the tests)
+	bash benchmarks/peer/joeynmt_setup.sh $(JOEYNMT_VENV)
+	JOEYNMT_VENV=$(abspath $(JOEYNMT_VENV)) python -m benchmarks.time_to_quality --minutes 12 --rev 18c646f
