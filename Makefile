@@ -41,8 +41,10 @@ bench: setup          ## speed/memory benchmarks (not part of the tests)
 
 # Issue 13's measurement: dev BLEU against minutes for our trainer, the issue day's
 # (18c646f) and JoeyNMT (its own venv, JOEYNMT_VENV), two at a time, about 40 minutes;
+# JoeyNMT runs beside a seed-2 copy of ours (the pairs go in order: 3 pairs of 6 runs);
 # needs data/tok (`dvc repro tokenize`). Results: benchmarks/results/time_to_quality.md.
 JOEYNMT_VENV ?= /work/joeynmt-venv
 time-to-quality: setup  ## time-to-quality table with the JoeyNMT peer (not part of the tests)
 	bash benchmarks/peer/joeynmt_setup.sh $(JOEYNMT_VENV)
-	JOEYNMT_VENV=$(abspath $(JOEYNMT_VENV)) python -m benchmarks.time_to_quality --minutes 12 --rev 18c646f
+	JOEYNMT_VENV=$(abspath $(JOEYNMT_VENV)) python -m benchmarks.time_to_quality --minutes 12 \
+	  --rev 18c646f --set s2@additive:seed=2

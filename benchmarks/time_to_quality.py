@@ -102,7 +102,10 @@ def probed(every: int, until: int):
     evaluated model, but it feeds no checkpoint, learning-rate decay or early stopping, it
     draws no random numbers, and its time is taken off the trainer's clock (its wall time,
     and so the time budget, run as without it). The trainer's own evaluations stay on the
-    clock. Steps where the trainer evaluates anyway are not probed."""
+    clock. Steps where the trainer evaluates anyway are not probed (an epoch's last step
+    may be probed and then evaluated: the same model, scored twice)."""
+    import torch
+
     from pipeline import training
 
     base = training._Trainer
@@ -113,6 +116,8 @@ def probed(every: int, until: int):
             step, regular = self.progress.step, self.cfg.eval_every_steps
             if step % every or step > until or (regular and step % regular == 0):
                 return
+            if torch.device(self.device).type == "cuda":  # the queued steps stay on the clock
+                torch.cuda.synchronize(self.device)
             start = time.perf_counter()
             bleu = training.dev_bleu(
                 self._evaluated_model(), self.dev.bleu_split, self.dev.tokenizer,
@@ -421,9 +426,11 @@ def render(results: dict[str, Any]) -> str:
     ratios = [(r["name"], r["peer_speedup_bleu8"]) for r in results["runs"]
               if r.get("peer_speedup_bleu8")]  # fmt: skip
     if ratios:
-        lines += ["", f"Times sooner than JoeyNMT to dev BLEU {PEER_BLEU:g} (its first point "
-                  "reaching it over ours; each curve first reached it after its point before "
-                  "that, so the true ratio lies in the range):", ""]  # fmt: skip
+        lines += ["", f"Times sooner than JoeyNMT to dev BLEU {PEER_BLEU:g}: its first point "
+                  "reaching it over ours; the range takes each curve's crossing anywhere "
+                  "between that point and the one before it (a curve that crossed earlier "
+                  "and fell back would lie outside it); and by the two curves' monotone "
+                  "trends:", ""]  # fmt: skip
         for name, ratio in ratios:
             (peer_low, peer_high), (ours_low, ours_high) = ratio["peer"], ratio["ours"]
             lines.append(

@@ -62,7 +62,7 @@ def test_bf16_inputs_give_fp32_scores_and_input_dtype_gradients():
     (2**18, 1),  # one block per step
     (24, 1),  # 2 rows a block, ragged
     (2**18, 2),  # two steps a call, one block
-    (24, 2),  # two steps a call: 2 rows a block
+    (24, 2),  # two steps a call: one row's two steps a block
     (8, 2),  # two steps a call: a row's steps split over blocks
 ])  # fmt: skip
 def test_step_energy_sums_the_keys_gradient_over_steps(block, per_call, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import torch
 
@@ -75,3 +76,30 @@ def test_probes_leave_training_unchanged_and_print_a_finer_curve(
     first = torch.load(tmp_path / "plain" / "last.pt", weights_only=False)["model"]
     second = torch.load(tmp_path / "probed" / "last.pt", weights_only=False)["model"]
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_probe_time_is_off_the_trainer_clock(tiny_tok_dir, tiny_model_config, tmp_path, capsys,
+                                             monkeypatch):  # fmt: skip
+    """The run's wall time (and so its time budget) leaves out what the probes took."""
+    model = tiny_model_config(scorer="dot", dropout=0.0)
+    config = TrainConfig(batch_tokens=60, max_epochs=1, eval_every_steps=0,
+                         dev_bleu_sentences=4)  # fmt: skip
+    variant = Variant("dot-fwd-h32-s1", model, config, {"scorer": "dot"})
+    real_bleu = training.dev_bleu
+    probe_seconds = 0.3
+
+    def slow_bleu(*args, **kwargs):
+        time.sleep(probe_seconds)
+        return real_bleu(*args, **kwargs)
+
+    monkeypatch.setattr(training, "dev_bleu", slow_bleu)  # the epoch-end evaluation too
+    started = time.perf_counter()
+    with probed(every=1, until=3):
+        result = train_variant(variant, tiny_tok_dir, tmp_path)
+    elapsed = time.perf_counter() - started
+    probes = [json.loads(x)["probe"] for x in capsys.readouterr().out.splitlines()]
+    assert [p["step"] for p in probes] == [1, 2, 3]
+    assert all(p["probe_seconds"] >= probe_seconds for p in probes)
+    # three probes' sleeps are off the clock; the evaluation's one is on it
+    assert elapsed - result.wall_time_s >= 3 * probe_seconds
+    assert result.wall_time_s >= probe_seconds
