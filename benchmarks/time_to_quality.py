@@ -119,14 +119,10 @@ def probed(every: int, until: int):
             if torch.device(self.device).type == "cuda":  # the queued steps stay on the clock
                 torch.cuda.synchronize(self.device)
             start = time.perf_counter()
-            bleu = training.dev_bleu(
-                self._evaluated_model(), self.dev.bleu_split, self.dev.tokenizer,
-                max_ratio=self.cfg.max_decode_ratio, device=self.device,
-                precision=self.precision,
-            )  # fmt: skip
+            bleu = self.dev.bleu(self._evaluated_model(), self.device, self.precision)
             self._session_start += time.perf_counter() - start  # off the clock
             row = {"epoch": self.progress.epoch, "step": step, "dev_bleu": bleu,
-                   "wall_time": self._wall_time(), "tokens_per_s": None,
+                   "wall_time": self._wall_time(), "tokens_per_s": None, "probe": True,
                    "probe_seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
             print(json.dumps({"probe": row}), flush=True)
 
@@ -166,13 +162,12 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
         stdout, stderr = run.pop("process").communicate()
         if run["kind"] == "ours":
             lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
-            rows = [(x.get("row") or x["probe"], "probe" in x) for x in lines
-                    if "row" in x or "probe" in x]  # fmt: skip
+            rows = [x.get("row") or x["probe"] for x in lines if "row" in x or "probe" in x]
             run["curve"] = [
                 {"minutes": r["wall_time"] / 60, "epoch": r["epoch"], "step": r["step"],
                  "dev_bleu": r["dev_bleu"], "tokens_per_s": r["tokens_per_s"],
-                 **({"probe": True, "probe_seconds": r["probe_seconds"]} if probe else {})}
-                for r, probe in rows
+                 **{k: r[k] for k in ("probe", "probe_seconds") if k in r}}
+                for r in rows
             ]  # fmt: skip
             run.update(next((x for x in lines if "steps" in x), {}))
         else:
