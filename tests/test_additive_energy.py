@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pipeline.models import additive_energy as module
-from pipeline.models.additive_energy import StepEnergy, additive_energy
+from pipeline.models.additive_energy import additive_energy, step_backward, step_scores
 
 
 def _reference(query, keys, energy):
@@ -58,36 +58,39 @@ def test_bf16_inputs_give_fp32_scores_and_input_dtype_gradients():
     torch.testing.assert_close(scores.detach(), expected)
 
 
-@pytest.mark.parametrize(("block", "per_call"), [
-    (2**18, 1),  # one block per step
-    (24, 1),  # 2 rows a block, ragged
-    (2**18, 2),  # two steps a call, one block
-    (24, 2),  # two steps a call: one row's two steps a block
-    (8, 2),  # two steps a call: a row's steps split over blocks
-])  # fmt: skip
-def test_step_energy_sums_the_keys_gradient_over_steps(block, per_call, monkeypatch):
-    """A decoder loop scoring its queries through StepEnergy (one or two steps a call) gets
-    the same scores and gradients as separate additive_energy calls, the keys' gradient
-    included, also where one call's steps are split over blocks."""
+@pytest.mark.parametrize("block", [2**18, 24, 8])  # one block a step; 2 rows; 1 row, ragged
+def test_step_functions_match_autograd_and_sum_the_keys_gradient(block, monkeypatch):
+    """step_scores / step_backward (the Bahdanau loop's per-step energy, in blocks of rows)
+    give autograd's scores, query and energy gradients for every step, with the mask's
+    -inf added, and the keys' gradient summed over the steps (the last step, walked first
+    in backward, overwrites the buffer instead of adding to it)."""
     monkeypatch.setattr(module, "BLOCK_ELEMENTS", block)
     torch.manual_seed(0)
     batch, steps, sources, size = 5, 4, 3, 4
-    inputs = [torch.randn(batch, steps, size, dtype=torch.float64),
-              torch.randn(batch, sources, size, dtype=torch.float64),
-              torch.randn(size, dtype=torch.float64)]  # fmt: skip
-    calls = steps // per_call
-    grads = torch.randn(calls, batch, per_call, sources, dtype=torch.float64)
-    results = []
-    for stepped in (False, True):
-        query, keys, energy = [t.clone().requires_grad_() for t in inputs]
-        parts = [query[:, i * per_call : (i + 1) * per_call] for i in range(calls)]
-        if stepped:
-            owner, anchors = StepEnergy.start(keys, calls)
-            scores = [owner(part, energy, anchor) for part, anchor in zip(parts, anchors)]
-        else:
-            scores = [additive_energy(part, keys, energy) for part in parts]
-        torch.autograd.backward(scores, list(grads))
-        results.append([torch.cat(scores, 1).detach(), query.grad, keys.grad, energy.grad])
-    for expected, found in zip(*results):
-        torch.testing.assert_close(found, expected, rtol=1e-12, atol=1e-12)
-    assert results[1][2].abs().sum() > 0
+    shapes = (batch, steps, size), (batch, sources, size), (size,)
+    query, keys, energy = (torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes)
+    mask = torch.ones(batch, sources, dtype=torch.bool)
+    mask[1, 2:] = False
+    grads = torch.randn(batch, steps, sources, dtype=torch.float64)
+    expected = _reference(query, keys, energy).masked_fill(~mask.unsqueeze(1), float("-inf"))
+    expected.backward(grads.masked_fill(~mask.unsqueeze(1), 0))
+
+    offset = torch.zeros(batch, sources, dtype=torch.float64).masked_fill(~mask, float("-inf"))
+    offset -= energy.detach().sum()
+    rows = module.step_block_rows(batch, sources, size, keys.device)
+    assert rows == min(batch, max(1, block // (sources * size)))
+    buffer = torch.empty(rows * sources * size, dtype=torch.float64)
+    query2, keys2, energy_d = 2 * query.detach(), 2 * keys.detach(), energy.detach()
+    grad_keys = torch.full_like(keys2, float("nan"))  # never read before it is written
+    grad_energy, grad_query = torch.zeros_like(energy_d), torch.empty(batch, size).double()
+    for i in reversed(range(steps)):
+        scores = torch.empty(batch, sources, dtype=torch.float64)
+        step_scores(query2[:, i], keys2, 2 * energy_d, offset, buffer, scores)
+        torch.testing.assert_close(scores, expected[:, i].detach(), rtol=1e-12, atol=1e-12)
+        grad = grads[:, i].masked_fill(~mask, 0)
+        found = step_backward(grad, query2[:, i], keys2, energy_d, buffer, grad_query, grad_keys,
+                              grad_energy, first=i == steps - 1)  # fmt: skip
+        torch.testing.assert_close(found, query.grad[:, i], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad_keys, keys.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad_energy, energy.grad, rtol=1e-12, atol=1e-12)
+    assert keys.grad.abs().sum() > 0

@@ -28,8 +28,6 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from pipeline.models.step_sink import step_anchors
-
 BLOCK_ELEMENTS = 2**18
 """Elements of one (b, t, S, A) block: 1 MB of float32, inside a core's L2 cache."""
 
@@ -37,50 +35,71 @@ BLOCK_ELEMENTS = 2**18
 def additive_energy(query: torch.Tensor, keys: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
     """query (B, T, A) = W_a s, keys (B, S, A) = U_a h, energy (A,) = v_a -> scores (B, T, S)
     in float32 (float64 for float64 inputs)."""
-    return _AdditiveEnergy.apply(query, keys, energy, None, None)
+    return _AdditiveEnergy.apply(query, keys, energy)
 
 
-class StepEnergy:
-    """The additive energy of each step of a decoder loop against keys that every step
-    reads, with the keys' gradient summed in one buffer.
+def step_scores(
+    query2: torch.Tensor,
+    keys2: torch.Tensor,
+    energy2: torch.Tensor,
+    offset: torch.Tensor,
+    buffer: torch.Tensor,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """One decoder step's energies, for a loop with its own backward
+    (:mod:`pipeline.models.bahdanau_loop`): ``out`` (B, S) = 2 s . v - sum(v) + ``offset``
+    with s = sigmoid(2 q + 2 k), from ``query2`` = 2 q (B, A), ``keys2`` = 2 k (B, S, A),
+    ``energy2`` = 2 v (A,); ``offset`` (B, S) adds -sum(v) and the mask (-inf) in one pass.
+    ``buffer`` holds :func:`step_block_rows` rows."""
+    size, rows = query2.size(1), step_block_rows(*keys2.shape, query2.device)
+    for b0 in range(0, query2.size(0), rows):
+        block = _step_sigmoid(buffer, query2, keys2, b0, b0 + rows)  # (b, S, A)
+        torch.mv(block.view(-1, size), energy2, out=out[b0 : b0 + rows].view(-1))
+    return out.add_(offset)
 
-    Through autograd, each of the T steps' backward returns its own (B, S, A) gradient
-    for the keys, which autograd then adds into the running total: per step a fresh
-    multi-MB tensor and two more passes over it. Here each step's backward adds its
-    ``dk_s = sum_t dpre_ts`` into one buffer, and a sink (:mod:`pipeline.models.step_sink`)
-    hands that buffer to autograd once, as the keys' gradient of the whole loop.
 
-        energy, anchors = StepEnergy.start(keys, steps=T)
-        for i in range(T):
-            scores_i = energy(query_i, v, anchors[i])  # (B, 1, S)
+def step_backward(
+    grad_scores: torch.Tensor,
+    query2: torch.Tensor,
+    keys2: torch.Tensor,
+    energy: torch.Tensor,
+    buffer: torch.Tensor,
+    grad_query: torch.Tensor,
+    grad_keys: torch.Tensor,
+    grad_energy: torch.Tensor,
+    first: bool,
+) -> torch.Tensor:
+    """The backward of :func:`step_scores` for scores' gradient ``grad_scores`` (B, S):
+    writes dq (B, A) into ``grad_query`` and returns it, adds dk into ``grad_keys`` (B, S, A;
+    overwritten instead when ``first``: no zero-fill) and dv into ``grad_energy`` (A,)."""
+    size, rows = query2.size(1), step_block_rows(*keys2.shape, query2.device)
+    minus_energy = -energy
+    for b0 in range(0, query2.size(0), rows):
+        block = _step_sigmoid(buffer, query2, keys2, b0, b0 + rows)
+        block.mul_(2).sub_(1)  # h = tanh(q + k_s), (b, S, A)
+        grad = grad_scores[b0 : b0 + rows]  # (b, S)
+        grad_energy.addmv_(block.view(-1, size).t(), grad.reshape(-1))
+        block.mul_(block).sub_(1)  # h^2 - 1
+        block.mul_(grad.unsqueeze(-1)).mul_(minus_energy)  # de (1 - h^2) v
+        torch.sum(block, 1, out=grad_query[b0 : b0 + rows])
+        if first:
+            grad_keys[b0 : b0 + rows] = block
+        else:
+            grad_keys[b0 : b0 + rows] += block
+    return grad_query
 
-    One backward per forward, through the keys: the buffer is handed over (and reset) by
-    the sink, which a backward that does not reach the keys never runs.
-    """
 
-    def __init__(self, keys: torch.Tensor):
-        self.keys = keys.detach()  # (B, S, A)
-        self.grad_keys: torch.Tensor | None = None  # the sum over steps, made in backward
+def step_block_rows(batch: int, sources: int, size: int, device: torch.device) -> int:
+    """Batch rows of one step's block: about BLOCK_ELEMENTS elements on a CPU, every row
+    elsewhere (as :func:`_block_shape`)."""
+    return _block_shape(batch, 1, sources, size, device)[0]
 
-    @classmethod
-    def start(cls, keys: torch.Tensor, steps: int) -> tuple[StepEnergy, tuple[torch.Tensor, ...]]:
-        """An energy against ``keys`` (B, S, A) and one anchor per step (the caller keeps
-        them)."""
-        owner = cls(keys)
-        return owner, step_anchors(owner, (steps,), 0, keys)
 
-    def __call__(
-        self, query: torch.Tensor, energy: torch.Tensor, anchor: torch.Tensor
-    ) -> torch.Tensor:
-        """query (B, T, A) of the next step(s), energy v_a (A,), the step's anchor ->
-        scores (B, T, S) as :func:`additive_energy`."""
-        return _AdditiveEnergy.apply(query, self.keys, energy, anchor, self)
-
-    def gradients(self, grad: torch.Tensor) -> tuple[torch.Tensor]:
-        """The keys' gradient: the sum the steps' backward passes wrote (the sink runs only
-        after every step's backward, so there is one)."""
-        total, self.grad_keys = self.grad_keys, None
-        return (total.to(self.keys.dtype),)
+def _step_sigmoid(buffer, query2, keys2, b0, b1) -> torch.Tensor:
+    """s = sigmoid(2 q + 2 k_s) of rows b0:b1 of one step, written into ``buffer``."""
+    keys2 = keys2[b0:b1]
+    block = buffer[: keys2.numel()].view(keys2.shape)
+    return torch.add(keys2, query2[b0:b1].unsqueeze(1), out=block).sigmoid_()
 
 
 def _block_shape(
@@ -112,8 +131,7 @@ def _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1) -> torch.Tensor:
 
 class _AdditiveEnergy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, keys, energy, anchor, owner):
-        ctx.owner = owner  # a StepEnergy: the keys' gradient goes into its buffer
+    def forward(ctx, query, keys, energy):
         ctx.dtypes = (query.dtype, keys.dtype, energy.dtype)
         with torch.autocast(query.device.type, enabled=False):
             dtype = torch.promote_types(query.dtype, torch.float32)  # float64 stays
@@ -139,11 +157,8 @@ class _AdditiveEnergy(torch.autograd.Function):
         with torch.autocast(query2.device.type, enabled=False):
             grad_scores = grad_scores.to(query2.dtype)
             (B, T, A), S = query2.shape, keys.size(1)
-            owner = ctx.owner  # a step of a loop: dk goes into the loop's one buffer
-            grad_keys = None if owner is None else owner.grad_keys
-            fresh = grad_keys is None  # each row's first block writes its rows, no zeros
-            if fresh:
-                grad_keys = torch.empty_like(keys) if B and T else torch.zeros_like(keys)
+            # each row's first block writes its rows: no zero-fill
+            grad_keys = torch.empty_like(keys) if B and T else torch.zeros_like(keys)
             grad_query = torch.empty_like(query2)
             grad_energy = torch.zeros_like(energy)
             b_size, t_size = _block_shape(B, T, S, A, query2.device)
@@ -157,13 +172,9 @@ class _AdditiveEnergy(torch.autograd.Function):
                 block.mul_(grad.unsqueeze(-1)).mul_(-energy)  # de (1 - h^2) v
                 grad_query[b0:b1, t0:t1] = block.sum(2)
                 rows = block[:, 0] if block.size(1) == 1 else block.sum(1)  # (b, S, A)
-                if fresh and t0 == 0:
+                if t0 == 0:
                     grad_keys[b0:b1] = rows
                 else:
                     grad_keys[b0:b1] += rows
         dtypes = ctx.dtypes
-        grad_query, grad_energy = grad_query.to(dtypes[0]), grad_energy.to(dtypes[2])
-        if owner is not None:
-            owner.grad_keys = grad_keys
-            return grad_query, None, grad_energy, grad_scores.new_zeros(()), None
-        return grad_query, grad_keys.to(dtypes[1]), grad_energy, None, None
+        return grad_query.to(dtypes[0]), grad_keys.to(dtypes[1]), grad_energy.to(dtypes[2])

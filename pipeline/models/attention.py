@@ -29,13 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.models.additive_energy import StepEnergy, additive_energy
+from pipeline.models.additive_energy import additive_energy
 from pipeline.models.step_sink import step_anchors
-
-StepScore = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
-"""(projected query (B, T, A), the step's anchor or None) -> scores (B, T, S)."""
-StepAnchors = tuple["torch.Tensor | None", ...]
-"""One anchor per step of a loop (:mod:`pipeline.models.step_sink`), or None each."""
 
 LOCATION_MAX_POSITIONS = 256
 """Source positions the ``location`` scorer has weights for. 256 subwords covers the
@@ -71,13 +66,6 @@ class Scorer(nn.Module):
     def score_projected(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """Scores (B, T, S) of a query that :meth:`query_layer` has already mapped."""
         raise NotImplementedError
-
-    def step_scorer(self, keys: torch.Tensor, steps: int) -> tuple[StepScore, StepAnchors]:
-        """For a loop of ``steps`` steps scoring against the same ``keys``: a function
-        (projected query, the step's anchor) -> scores, and one anchor per step (the
-        caller keeps them). Here plain :meth:`score_projected` calls; a scorer may sum its
-        keys' gradient over the steps instead (:class:`AdditiveScorer`)."""
-        return (lambda query, anchor: self.score_projected(query, keys)), (None,) * steps
 
 
 SCORERS: dict[str, type[Scorer] | None] = {"none": None}
@@ -154,11 +142,6 @@ class AdditiveScorer(Scorer):
 
     def score_projected(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return additive_energy(query, keys, self.energy.weight.squeeze(0))  # (B, T, S)
-
-    def step_scorer(self, keys: torch.Tensor, steps: int) -> tuple[StepScore, StepAnchors]:
-        energy, anchors = StepEnergy.start(keys, steps)  # dK summed in one buffer
-        weight = self.energy.weight.squeeze(0)
-        return (lambda query, anchor: energy(query, weight, anchor)), anchors
 
 
 @register("location")
