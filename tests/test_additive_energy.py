@@ -58,7 +58,7 @@ def test_bf16_inputs_give_fp32_scores_and_input_dtype_gradients():
     torch.testing.assert_close(scores.detach(), expected)
 
 
-@pytest.mark.parametrize("block", [2**18, 24, 8])  # one block a step; 2 rows; 1 row, ragged
+@pytest.mark.parametrize("block", [2**18, 24, 8])  # one block a step; 2 rows a block, ragged; 1 row
 def test_step_functions_match_autograd_and_sum_the_keys_gradient(block, monkeypatch):
     """step_scores / step_backward (the Bahdanau loop's per-step energy, in blocks of rows)
     give autograd's scores, query and energy gradients for every step, with the mask's

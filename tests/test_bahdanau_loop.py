@@ -11,11 +11,13 @@ from pipeline.models.bahdanau_loop import gru_attention_loop
 
 
 def _inputs(dtype, batch=3, steps=4, sources=5, size=6):
+    """An embedding width unlike the hidden size, so a mixed-up split of W_ih fails."""
     torch.manual_seed(0)
-    cell = torch.nn.GRUCell(2 * size, size).to(dtype)
+    width = size + 3
+    cell = torch.nn.GRUCell(width + size, size).to(dtype)
     scorer = build_scorer("additive", size).to(dtype)
     values = torch.randn(batch, sources, size, dtype=dtype, requires_grad=True)
-    embedded = torch.randn(batch, steps, size, dtype=dtype, requires_grad=True)
+    embedded = torch.randn(batch, steps, width, dtype=dtype, requires_grad=True)
     hidden = torch.randn(batch, size, dtype=dtype, requires_grad=True)
     mask = torch.ones(batch, sources, dtype=torch.bool)
     mask[1, 3:] = False  # a padded source
@@ -32,18 +34,26 @@ class _Loop(torch.nn.Module):
         return gru_attention_loop(self.cell, self.scorer, embedded, memory, hidden)
 
 
-@pytest.mark.parametrize("block", [2**18, 12])  # one block a step; one batch row a block
-def test_gradients_of_all_three_outputs_pass_gradcheck(block, monkeypatch):
+@pytest.mark.parametrize(("block", "query_bias"), [
+    (2**18, False),  # one block a step
+    (12, False),  # one batch row a block
+    (2**18, True),  # a W_a with a bias (AdditiveScorer has none; the loop takes one)
+])  # fmt: skip
+def test_gradients_of_all_three_outputs_pass_gradcheck(block, query_bias, monkeypatch):
     """Float64 gradcheck of states, contexts and attention weights with respect to the
     embeddings, the initial state, the keys, the values and every weight the loop reads,
     with a padded source position. (The keys are a float64 leaf here: the scorer's
     ``precompute`` makes float32 keys, too coarse for finite differences.)"""
     monkeypatch.setattr(additive_energy, "BLOCK_ELEMENTS", block)
     cell, scorer, values, embedded, hidden, mask = _inputs(torch.float64)
+    if query_bias:
+        size = scorer.query_projection.in_features
+        scorer.query_projection = torch.nn.Linear(size, size).double()
     keys = torch.randn(values.shape, dtype=torch.float64, requires_grad=True)
     loop = _Loop(cell, scorer, mask)
     names = ["cell.weight_ih", "cell.weight_hh", "cell.bias_ih", "cell.bias_hh",
              "scorer.query_projection.weight", "scorer.energy.weight"]  # fmt: skip
+    names += ["scorer.query_projection.bias"] if query_bias else []
     params = dict(loop.named_parameters())
     weights = [params[n].detach().clone().requires_grad_() for n in names]
 
@@ -77,6 +87,7 @@ def test_bf16_autocast_gradients_match_the_autograd_loop():
             tops, contexts, weights = gru_attention_loop(cell, scorer, embedded, memory, hidden)
         torch.manual_seed(1)
         loss = (tops * torch.randn(tops.shape)).sum() + (contexts.float() ** 2).sum()
+        loss = loss + (weights * torch.randn(weights.shape)).sum()  # each output's gradient
         loss.backward()
         grads = [t.grad for t in (values, embedded, hidden)]
         grads += [p.grad for p in (*cell.parameters(), *scorer.parameters())]

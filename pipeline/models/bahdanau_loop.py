@@ -14,9 +14,10 @@ to looping ``BahdanauDecoder._recur`` over a ``StackedCell`` (tests/test_models.
 - no dropout mask is drawn past the only layer.
 
 With the additive scorer (Bahdanau's own) the whole loop is one autograd function,
-:class:`_AdditiveGRULoop`, with a hand-written backward through time: no autograd node,
-gradient buffer or dtype cast per step, the keys' gradient summed in one buffer, and the
-outputs written time-major into buffers made once. Other scorers run the same equations
+:class:`_AdditiveGRULoop`, with a hand-written backward through time: no autograd node
+or gradient buffer per step, the keys' gradient summed in one buffer, and the outputs
+written time-major into buffers made once (the outputs are transposed views of them: not
+for in-place edits). Other scorers run the same equations
 through autograd, with :class:`~pipeline.models.step_linear.StepLinear` products and a
 :class:`~pipeline.models.attention.StepReader` context.
 
@@ -116,9 +117,12 @@ def _additive_gru_loop(
     """:func:`gru_attention_loop` for the additive scorer, through :class:`_AdditiveGRULoop`."""
     width = embedded.size(-1)
     input_part = F.linear(embedded, cell.weight_ih[:, :width], cell.bias_ih)  # (B, T, 3H)
-    query_weight = scorer.query_layer().weight  # W_a, no bias
-    weight = torch.cat([cell.weight_hh, query_weight])  # [W_hh; W_a], (3H + A, H)
-    bias = torch.cat([cell.bias_hh, cell.bias_hh.new_zeros(query_weight.size(0))])
+    query = scorer.query_layer()  # W_a (without a bias in AdditiveScorer)
+    query_bias = (
+        query.bias if query.bias is not None else query.weight.new_zeros(query.out_features)
+    )
+    weight = torch.cat([cell.weight_hh, query.weight])  # [W_hh; W_a], (3H + A, H)
+    bias = torch.cat([cell.bias_hh, query_bias])
     context_weight, values = cell.weight_ih[:, width:], memory.values  # (3H, H), (B, S, H)
     device = embedded.device.type
     if torch.is_autocast_enabled(device):  # products in the autocast dtype, cast once
@@ -194,12 +198,18 @@ class _AdditiveGRULoop(torch.autograd.Function):
                 previous[i + 1] = hidden
         ctx.save_for_backward(first, tops, previous, queries2, gates, weights, contexts,
                               weight, context_weight, values, keys2, energy_f)  # fmt: skip
-        ctx.dtypes = (bias_dtype, keys.dtype, energy.dtype)
+        ctx.dtypes, ctx.device_type = (bias_dtype, keys.dtype, energy.dtype), keys.device.type
         return tops.transpose(0, 1), contexts.transpose(0, 1), weights.transpose(0, 1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_tops, grad_contexts, grad_weights):
+        # products in the saved weights' dtype even if backward runs inside autocast
+        with torch.autocast(ctx.device_type, enabled=False):
+            return _AdditiveGRULoop._backward(ctx, grad_tops, grad_contexts, grad_weights)
+
+    @staticmethod
+    def _backward(ctx, grad_tops, grad_contexts, grad_weights):
         (first, tops, previous, queries2, gates, weights, contexts,
          weight, context_weight, values, keys2, energy) = ctx.saved_tensors  # fmt: skip
         steps, batch, size = previous.shape
@@ -253,6 +263,7 @@ class _AdditiveGRULoop(torch.autograd.Function):
             row[:, 3 * size :] = grad_query
             grad_bias[: 2 * size] += grad_pre[:, : 2 * size].sum(0)  # in the state's dtype
             grad_bias[2 * size : 3 * size] += (grad_n * reset).sum(0)
+            grad_bias[3 * size :] += grad_query.sum(0)  # W_a's bias, if the scorer has one
             grad_hidden = torch.mm(row, weight).to(state).addcmul_(grad_hidden, update)
         flat = steps * batch
         recurrent = grad_recurrent.view(flat, -1)
