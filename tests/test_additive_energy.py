@@ -80,15 +80,15 @@ def test_step_functions_match_autograd_and_sum_the_keys_gradient(block, monkeypa
     rows = module.step_block_rows(batch, sources, size, keys.device)
     assert rows == min(batch, max(1, block // (sources * size)))
     buffer = torch.empty(rows * sources * size, dtype=torch.float64)
-    query2, keys2, energy_d = 2 * query.detach(), 2 * keys.detach(), energy.detach()
-    grad_keys = torch.full_like(keys2, float("nan"))  # never read before it is written
+    query2, keys_d, energy_d = 2 * query.detach(), keys.detach(), energy.detach()
+    grad_keys = torch.full_like(keys_d, float("nan"))  # never read before it is written
     grad_energy, grad_query = torch.zeros_like(energy_d), torch.empty(batch, size).double()
     for i in reversed(range(steps)):
         scores = torch.empty(batch, sources, dtype=torch.float64)
-        step_scores(query2[:, i], keys2, 2 * energy_d, offset, buffer, scores)
+        step_scores(query2[:, i], keys_d, 2 * energy_d, offset, buffer, scores)
         torch.testing.assert_close(scores, expected[:, i].detach(), rtol=1e-12, atol=1e-12)
         grad = grads[:, i].masked_fill(~mask, 0)
-        found = step_backward(grad, query2[:, i], keys2, energy_d, buffer, grad_query, grad_keys,
+        found = step_backward(grad, query2[:, i], keys_d, energy_d, buffer, grad_query, grad_keys,
                               grad_energy, first=i == steps - 1)  # fmt: skip
         torch.testing.assert_close(found, query.grad[:, i], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad_keys, keys.grad, rtol=1e-12, atol=1e-12)

@@ -40,28 +40,25 @@ def additive_energy(query: torch.Tensor, keys: torch.Tensor, energy: torch.Tenso
 
 def step_scores(
     query2: torch.Tensor,
-    keys2: torch.Tensor,
+    keys: torch.Tensor,
     energy2: torch.Tensor,
     offset: torch.Tensor,
     buffer: torch.Tensor,
     out: torch.Tensor,
 ) -> torch.Tensor:
     """One decoder step's energies, for a loop with its own backward
-    (:mod:`pipeline.models.bahdanau_loop`): ``out`` (B, S) = 2 s . v - sum(v) + ``offset``
-    with s = sigmoid(2 q + 2 k), from ``query2`` = 2 q (B, A), ``keys2`` = 2 k (B, S, A),
+    (:mod:`pipeline.models.bahdanau_loop`): ``out`` (B, S) = 2 s . v + ``offset`` with
+    s = sigmoid(2 q + 2 k), from ``query2`` = 2 q (B, A), ``keys`` k (B, S, A) and
     ``energy2`` = 2 v (A,); ``offset`` (B, S) adds -sum(v) and the mask (-inf) in one pass.
-    ``buffer`` holds :func:`step_block_rows` rows."""
-    size, rows = query2.size(1), step_block_rows(*keys2.shape, query2.device)
-    for b0 in range(0, query2.size(0), rows):
-        block = _step_sigmoid(buffer, query2, keys2, b0, b0 + rows)  # (b, S, A)
-        torch.mv(block.view(-1, size), energy2, out=out[b0 : b0 + rows].view(-1))
+    ``buffer``: :func:`step_buffer`."""
+    _scores_blocks(query2.unsqueeze(1), keys, energy2, buffer, out.unsqueeze(1))
     return out.add_(offset)
 
 
 def step_backward(
     grad_scores: torch.Tensor,
     query2: torch.Tensor,
-    keys2: torch.Tensor,
+    keys: torch.Tensor,
     energy: torch.Tensor,
     buffer: torch.Tensor,
     grad_query: torch.Tensor,
@@ -72,34 +69,57 @@ def step_backward(
     """The backward of :func:`step_scores` for scores' gradient ``grad_scores`` (B, S):
     writes dq (B, A) into ``grad_query`` and returns it, adds dk into ``grad_keys`` (B, S, A;
     overwritten instead when ``first``: no zero-fill) and dv into ``grad_energy`` (A,)."""
-    size, rows = query2.size(1), step_block_rows(*keys2.shape, query2.device)
-    minus_energy = -energy
-    for b0 in range(0, query2.size(0), rows):
-        block = _step_sigmoid(buffer, query2, keys2, b0, b0 + rows)
-        block.mul_(2).sub_(1)  # h = tanh(q + k_s), (b, S, A)
-        grad = grad_scores[b0 : b0 + rows]  # (b, S)
-        grad_energy.addmv_(block.view(-1, size).t(), grad.reshape(-1))
-        block.mul_(block).sub_(1)  # h^2 - 1
-        block.mul_(grad.unsqueeze(-1)).mul_(minus_energy)  # de (1 - h^2) v
-        torch.sum(block, 1, out=grad_query[b0 : b0 + rows])
-        if first:
-            grad_keys[b0 : b0 + rows] = block
-        else:
-            grad_keys[b0 : b0 + rows] += block
+    step = [t.unsqueeze(1) for t in (grad_scores, query2, grad_query)]  # one query step
+    _backward_blocks(step[0], step[1], keys, energy, buffer, step[2], grad_keys, grad_energy,
+                     accumulate=not first)  # fmt: skip
     return grad_query
+
+
+def step_buffer(keys: torch.Tensor) -> torch.Tensor:
+    """The scratch block of :func:`step_scores` and :func:`step_backward` for ``keys``
+    (B, S, A): :func:`step_block_rows` rows."""
+    batch, sources, size = keys.shape
+    return keys.new_empty(step_block_rows(batch, sources, size, keys.device) * sources * size)
 
 
 def step_block_rows(batch: int, sources: int, size: int, device: torch.device) -> int:
     """Batch rows of one step's block: about BLOCK_ELEMENTS elements on a CPU, every row
-    elsewhere (as :func:`_block_shape`)."""
+    elsewhere (:func:`_block_shape` of one query step)."""
     return _block_shape(batch, 1, sources, size, device)[0]
 
 
-def _step_sigmoid(buffer, query2, keys2, b0, b1) -> torch.Tensor:
-    """s = sigmoid(2 q + 2 k_s) of rows b0:b1 of one step, written into ``buffer``."""
-    keys2 = keys2[b0:b1]
-    block = buffer[: keys2.numel()].view(keys2.shape)
-    return torch.add(keys2, query2[b0:b1].unsqueeze(1), out=block).sigmoid_()
+def _scores_blocks(query2, keys, energy2, buffer, out) -> None:
+    """out (B, T, S) = s . 2v, s = sigmoid(2 q_t + 2 k_s), block by block (``query2`` = 2 q
+    (B, T, A), ``energy2`` = 2 v); ``buffer`` holds one block."""
+    (B, T, A), S = query2.shape, keys.size(1)
+    b_size, t_size = _block_shape(B, T, S, A, query2.device)
+    for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
+        block = _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1)
+        out[b0:b1, t0:t1] = (block.view(-1, A) @ energy2).view(block.shape[:3])
+
+
+def _backward_blocks(
+    grad_scores, query2, keys, energy, buffer, grad_query, grad_keys, grad_energy, accumulate
+) -> None:
+    """The backward of :func:`_scores_blocks` for ``grad_scores`` (B, T, S): dq into
+    ``grad_query`` (B, T, A); dk into ``grad_keys`` (B, S, A), added to it when
+    ``accumulate``, else written by each row's first block (no zero-fill); dv added into
+    ``grad_energy`` (A,). ``tanh`` is recomputed, not stored."""
+    (B, T, A), S = query2.shape, keys.size(1)
+    b_size, t_size = _block_shape(B, T, S, A, query2.device)
+    for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
+        block = _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1)
+        block.mul_(2).sub_(1)  # h = tanh(q_t + k_s), (b, t, S, A)
+        grad = grad_scores[b0:b1, t0:t1]  # (b, t, S)
+        grad_energy.addmv_(block.view(-1, A).t(), grad.reshape(-1))
+        block.mul_(block).sub_(1)  # h^2 - 1
+        block.mul_(grad.unsqueeze(-1)).mul_(-energy)  # de (1 - h^2) v
+        torch.sum(block, 2, out=grad_query[b0:b1, t0:t1])
+        rows = block[:, 0] if block.size(1) == 1 else block.sum(1)  # (b, S, A)
+        if accumulate or t0:
+            grad_keys[b0:b1] += rows
+        else:
+            grad_keys[b0:b1] = rows
 
 
 def _block_shape(
@@ -143,9 +163,7 @@ class _AdditiveEnergy(torch.autograd.Function):
             b_size, t_size = _block_shape(B, T, S, A, query.device)
             buffer = query2.new_empty(b_size * t_size * S * A)
             energy2, offset = energy * 2, energy.sum()  # h . v = s . 2v - sum(v)
-            for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
-                block = _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1)
-                scores[b0:b1, t0:t1] = (block.view(-1, A) @ energy2).view(block.shape[:3])
+            _scores_blocks(query2, keys, energy2, buffer, scores)
             scores -= offset
         ctx.save_for_backward(query2, keys, energy)
         return scores
@@ -163,18 +181,7 @@ class _AdditiveEnergy(torch.autograd.Function):
             grad_energy = torch.zeros_like(energy)
             b_size, t_size = _block_shape(B, T, S, A, query2.device)
             buffer = query2.new_empty(b_size * t_size * S * A)
-            for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
-                block = _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1)
-                block.mul_(2).sub_(1)  # h = tanh(q_t + k_s), (b, t, S, A)
-                grad = grad_scores[b0:b1, t0:t1]  # (b, t, S)
-                grad_energy.addmv_(block.view(-1, A).t(), grad.reshape(-1))
-                block.mul_(block).sub_(1)  # h^2 - 1
-                block.mul_(grad.unsqueeze(-1)).mul_(-energy)  # de (1 - h^2) v
-                grad_query[b0:b1, t0:t1] = block.sum(2)
-                rows = block[:, 0] if block.size(1) == 1 else block.sum(1)  # (b, S, A)
-                if t0 == 0:
-                    grad_keys[b0:b1] = rows
-                else:
-                    grad_keys[b0:b1] += rows
+            _backward_blocks(grad_scores, query2, keys, energy, buffer, grad_query, grad_keys,
+                             grad_energy, accumulate=False)  # fmt: skip
         dtypes = ctx.dtypes
         return grad_query.to(dtypes[0]), grad_keys.to(dtypes[1]), grad_energy.to(dtypes[2])

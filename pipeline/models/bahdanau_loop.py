@@ -158,29 +158,26 @@ class _AdditiveGRULoop(torch.autograd.Function):
         size, (batch, steps) = context_weight.size(1), input_part.shape[:2]
         sources, attention = keys.shape[1:]
         state, first = hidden.dtype, hidden
-        energy_f = energy.to(state)
-        keys2, energy2 = keys.to(state) * 2, energy_f * 2
+        keys_dtype, keys, energy_f = keys.dtype, keys.to(state), energy.to(state)
+        energy2 = energy_f * 2
         # -sum(v) (the tanh-through-sigmoid identity) and the mask, added in one pass
-        offset = keys2.new_zeros(batch, sources).masked_fill_(~mask, float("-inf"))
+        offset = keys.new_zeros(batch, sources).masked_fill_(~mask, float("-inf"))
         offset -= energy_f.sum()
-        buffer = keys2.new_empty(
-            energy_blocks.step_block_rows(batch, sources, attention, keys.device)
-            * sources * attention
-        )  # fmt: skip
+        buffer = energy_blocks.step_buffer(keys)
         inputs = input_part.transpose(0, 1).contiguous()  # X_i, (T, B, 3H)
         tops = hidden.new_empty(steps, batch, size)  # s_i, time-major
         contexts = values.new_empty(steps, batch, size)  # c_i
         weights = hidden.new_empty(steps, batch, sources)  # a_i
         previous = weight.new_empty(steps, batch, size)  # s_{i-1} in the products' dtype
-        queries2 = keys2.new_empty(steps, batch, attention)  # 2 q_i
+        queries2 = keys.new_empty(steps, batch, attention)  # 2 q_i
         gates = hidden.new_empty(steps, batch, 4 * size)  # r | z | n | R_n
-        scores = keys2.new_empty(batch, sources)
+        scores = keys.new_empty(batch, sources)
         bias_dtype, bias = bias.dtype, bias.to(weight.dtype)
         previous[0] = hidden
         for i in range(steps):
             recurrent = torch.addmm(bias, previous[i], weight.t()).to(state)  # (B, 3H + A)
             torch.mul(recurrent[:, 3 * size :], 2, out=queries2[i])
-            energy_blocks.step_scores(queries2[i], keys2, energy2, offset, buffer, scores)
+            energy_blocks.step_scores(queries2[i], keys, energy2, offset, buffer, scores)
             torch.softmax(scores, -1, out=weights[i])
             read = weights[i].to(values.dtype).unsqueeze(1)  # (B, 1, S)
             torch.bmm(read, values, out=contexts[i].unsqueeze(1))  # c_i
@@ -197,8 +194,8 @@ class _AdditiveGRULoop(torch.autograd.Function):
             if i + 1 < steps:
                 previous[i + 1] = hidden
         ctx.save_for_backward(first, tops, previous, queries2, gates, weights, contexts,
-                              weight, context_weight, values, keys2, energy_f)  # fmt: skip
-        ctx.dtypes, ctx.device_type = (bias_dtype, keys.dtype, energy.dtype), keys.device.type
+                              weight, context_weight, values, keys, energy_f)  # fmt: skip
+        ctx.dtypes, ctx.device_type = (bias_dtype, keys_dtype, energy.dtype), keys.device.type
         return tops.transpose(0, 1), contexts.transpose(0, 1), weights.transpose(0, 1)
 
     @staticmethod
@@ -211,17 +208,13 @@ class _AdditiveGRULoop(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, grad_tops, grad_contexts, grad_weights):
         (first, tops, previous, queries2, gates, weights, contexts,
-         weight, context_weight, values, keys2, energy) = ctx.saved_tensors  # fmt: skip
+         weight, context_weight, values, keys, energy) = ctx.saved_tensors  # fmt: skip
         steps, batch, size = previous.shape
-        sources, attention = keys2.shape[1:]
         state = gates.dtype
         values_t = values.transpose(1, 2).contiguous()  # (B, H, S)
-        buffer = keys2.new_empty(
-            energy_blocks.step_block_rows(batch, sources, attention, keys2.device)
-            * sources * attention
-        )  # fmt: skip
-        grad_keys, grad_energy = torch.empty_like(keys2), torch.zeros_like(energy)
-        grad_query = keys2.new_empty(batch, attention)
+        buffer = energy_blocks.step_buffer(keys)
+        grad_keys, grad_energy = torch.empty_like(keys), torch.zeros_like(energy)
+        grad_query = keys.new_empty(batch, keys.size(2))
         grad_recurrent = weight.new_empty(steps, batch, weight.size(0))  # dR_i
         grad_inputs = weight.new_empty(steps, batch, 3 * size)  # dG_i = dX_i
         grad_context = values.new_empty(steps, batch, size)  # dc_i
@@ -254,15 +247,14 @@ class _AdditiveGRULoop(torch.autograd.Function):
             a = weights[i]  # softmax backward: a (da - sum(a da)); masked positions: a = 0
             grad_scores = grad_a.sub_((a * grad_a).sum(-1, keepdim=True)).mul_(a)
             energy_blocks.step_backward(
-                grad_scores, queries2[i], keys2, energy, buffer, grad_query, grad_keys,
+                grad_scores, queries2[i], keys, energy, buffer, grad_query, grad_keys,
                 grad_energy, first=i == steps - 1,
             )  # fmt: skip
+            grad_n.mul_(reset)  # d(r R_n) -> dR_n; done with d pre_n (in dX_i above)
             row = grad_recurrent[i]  # dR = [d r | d z | d n * r | dq]
-            row[:, : 2 * size] = grad_pre[:, : 2 * size]
-            row[:, 2 * size : 3 * size] = grad_n * reset
+            row[:, : 3 * size] = grad_pre
             row[:, 3 * size :] = grad_query
-            grad_bias[: 2 * size] += grad_pre[:, : 2 * size].sum(0)  # in the state's dtype
-            grad_bias[2 * size : 3 * size] += (grad_n * reset).sum(0)
+            grad_bias[: 3 * size] += grad_pre.sum(0)  # in the state's dtype
             grad_bias[3 * size :] += grad_query.sum(0)  # W_a's bias, if the scorer has one
             grad_hidden = torch.mm(row, weight).to(state).addcmul_(grad_hidden, update)
         flat = steps * batch
