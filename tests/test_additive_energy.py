@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pipeline.models import additive_energy as module
-from pipeline.models.additive_energy import additive_energy, step_backward, step_scores
+from pipeline.models.additive_energy import additive_energy
 
 
 def _reference(query, keys, energy):
@@ -59,11 +59,13 @@ def test_bf16_inputs_give_fp32_scores_and_input_dtype_gradients():
 
 
 @pytest.mark.parametrize("block", [2**18, 24, 8])  # one block a step; 2 rows a block, ragged; 1 row
-def test_step_functions_match_autograd_and_sum_the_keys_gradient(block, monkeypatch):
-    """step_scores / step_backward (the Bahdanau loop's per-step energy, in blocks of rows)
-    give autograd's scores, query and energy gradients for every step, with the mask's
-    -inf added, and the keys' gradient summed over the steps (the last step, walked first
-    in backward, overwrites the buffer instead of adding to it)."""
+def test_step_energy_matches_autograd_and_sums_the_keys_gradient(block, monkeypatch):
+    """StepEnergy (the Bahdanau loop's per-step energy, in blocks of rows) gives autograd's
+    scores (up to the constant sum(v), which the loop's offset removes with the mask's
+    -inf), and, for gradients from a softmax's backward (rows summing to zero), autograd's
+    query and energy gradients at every step and the keys' gradient summed over the steps
+    (the last step, walked first in backward, overwrites the sum instead of adding to it).
+    The query is a strided view, as the loop's column block of its recurrent product."""
     monkeypatch.setattr(module, "BLOCK_ELEMENTS", block)
     torch.manual_seed(0)
     batch, steps, sources, size = 5, 4, 3, 4
@@ -71,26 +73,30 @@ def test_step_functions_match_autograd_and_sum_the_keys_gradient(block, monkeypa
     query, keys, energy = (torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes)
     mask = torch.ones(batch, sources, dtype=torch.bool)
     mask[1, 2:] = False
-    grads = torch.randn(batch, steps, sources, dtype=torch.float64)
-    expected = _reference(query, keys, energy).masked_fill(~mask.unsqueeze(1), float("-inf"))
-    expected.backward(grads.masked_fill(~mask.unsqueeze(1), 0))
+    scores = _reference(query, keys, energy).masked_fill(~mask.unsqueeze(1), float("-inf"))
+    weights = torch.softmax(scores, -1)
+    upstream = torch.randn(batch, steps, sources, dtype=torch.float64)
+    grads = torch.autograd.grad(weights, scores, upstream, retain_graph=True)[0]  # rows sum to 0
+    scores.backward(grads)
 
-    offset = torch.zeros(batch, sources, dtype=torch.float64).masked_fill(~mask, float("-inf"))
-    offset -= energy.detach().sum()
     rows = module.step_block_rows(batch, sources, size, keys.device)
     assert rows == min(batch, max(1, block // (sources * size)))
-    buffer = torch.empty(rows * sources * size, dtype=torch.float64)
-    query2, keys_d, energy_d = 2 * query.detach(), keys.detach(), energy.detach()
-    grad_keys = torch.full_like(keys_d, float("nan"))  # never read before it is written
-    grad_energy, grad_query = torch.zeros_like(energy_d), torch.empty(batch, size).double()
+    step = module.StepEnergy(2 * keys.detach(), energy.detach())
+    assert len(step.blocks) == -(-batch // rows)
+    offset = torch.zeros(batch, sources, dtype=torch.float64).masked_fill(~mask, float("-inf"))
+    offset -= energy.detach().sum()
+    wide = torch.randn(batch, 3 * size, dtype=torch.float64)  # the query: a column block
+    grad_keys = torch.full_like(keys, float("nan")).detach()  # never read before it is written
+    grad_energy = torch.zeros_like(energy).detach()
+    grad_query = torch.empty(batch, 2 * size, dtype=torch.float64)[:, size:]  # strided too
     for i in reversed(range(steps)):
-        scores = torch.empty(batch, sources, dtype=torch.float64)
-        step_scores(query2[:, i], keys_d, 2 * energy_d, offset, buffer, scores)
-        torch.testing.assert_close(scores, expected[:, i].detach(), rtol=1e-12, atol=1e-12)
-        grad = grads[:, i].masked_fill(~mask, 0)
-        found = step_backward(grad, query2[:, i], keys_d, energy_d, buffer, grad_query, grad_keys,
+        step_query = wide[:, size : 2 * size]
+        step_query.copy_(query.detach()[:, i])
+        found = step.scores(step_query, torch.empty(batch, sources).double()).add_(offset)
+        torch.testing.assert_close(found, scores[:, i].detach(), rtol=1e-12, atol=1e-12)
+        found = step.backward(grads[:, i].contiguous(), step_query, grad_query, grad_keys,
                               grad_energy, first=i == steps - 1)  # fmt: skip
         torch.testing.assert_close(found, query.grad[:, i], rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(grad_keys, keys.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(step.finish_keys(grad_keys), keys.grad, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad_energy, energy.grad, rtol=1e-12, atol=1e-12)
     assert keys.grad.abs().sum() > 0

@@ -38,48 +38,71 @@ def additive_energy(query: torch.Tensor, keys: torch.Tensor, energy: torch.Tenso
     return _AdditiveEnergy.apply(query, keys, energy)
 
 
-def step_scores(
-    query2: torch.Tensor,
-    keys: torch.Tensor,
-    energy2: torch.Tensor,
-    offset: torch.Tensor,
-    buffer: torch.Tensor,
-    out: torch.Tensor,
-) -> torch.Tensor:
-    """One decoder step's energies, for a loop with its own backward
-    (:mod:`pipeline.models.bahdanau_loop`): ``out`` (B, S) = 2 s . v + ``offset`` with
-    s = sigmoid(2 q + 2 k), from ``query2`` = 2 q (B, A), ``keys`` k (B, S, A) and
-    ``energy2`` = 2 v (A,); ``offset`` (B, S) adds -sum(v) and the mask (-inf) in one pass.
-    ``buffer``: :func:`step_buffer`."""
-    _scores_blocks(query2.unsqueeze(1), keys, energy2, buffer, out.unsqueeze(1))
-    return out.add_(offset)
+class StepEnergy:
+    """One decoder step's energies and their backward, for a loop with its own backward
+    (:mod:`pipeline.models.bahdanau_loop`), in blocks of batch rows (:func:`step_block_rows`)
+    through one scratch buffer. The blocks' views are made once, here, not at every step.
 
+    ``keys2`` = 2 k (B, S, A) and ``energy`` = v (A,); a step's query q (B, A) may be a
+    strided view (a column block of the loop's recurrent product). With s = sigmoid(2 q +
+    2 k) = (tanh(q + k) + 1) / 2, the backward uses 1 - tanh^2 = 4 s (1 - s): per block
+    sigmoid, s - s^2, times de, and two sums, instead of forming tanh and 1 - tanh^2.
+    """
 
-def step_backward(
-    grad_scores: torch.Tensor,
-    query2: torch.Tensor,
-    keys: torch.Tensor,
-    energy: torch.Tensor,
-    buffer: torch.Tensor,
-    grad_query: torch.Tensor,
-    grad_keys: torch.Tensor,
-    grad_energy: torch.Tensor,
-    first: bool,
-) -> torch.Tensor:
-    """The backward of :func:`step_scores` for scores' gradient ``grad_scores`` (B, S):
-    writes dq (B, A) into ``grad_query`` and returns it, adds dk into ``grad_keys`` (B, S, A;
-    overwritten instead when ``first``: no zero-fill) and dv into ``grad_energy`` (A,)."""
-    step = [t.unsqueeze(1) for t in (grad_scores, query2, grad_query)]  # one query step
-    _backward_blocks(step[0], step[1], keys, energy, buffer, step[2], grad_keys, grad_energy,
-                     accumulate=not first)  # fmt: skip
-    return grad_query
+    def __init__(self, keys2: torch.Tensor, energy: torch.Tensor):
+        batch, sources, size = keys2.shape
+        rows = step_block_rows(batch, sources, size, keys2.device)
+        self.buffer = keys2.new_empty(rows * sources * size)
+        self.energy2, self.energy4 = energy * 2, energy * 4
+        self.blocks = []  # (first row, last row + 1, keys2's rows, scratch block)
+        for b0 in range(0, batch, rows):
+            b1 = min(b0 + rows, batch)
+            block = self.buffer[: (b1 - b0) * sources * size].view(b1 - b0, sources, size)
+            self.blocks.append((b0, b1, keys2[b0:b1], block))
 
+    def _sigmoid(self, query: torch.Tensor, b0: int, b1: int, keys2, block) -> torch.Tensor:
+        return torch.add(keys2, query[b0:b1].unsqueeze(1), alpha=2, out=block).sigmoid_()
 
-def step_buffer(keys: torch.Tensor) -> torch.Tensor:
-    """The scratch block of :func:`step_scores` and :func:`step_backward` for ``keys``
-    (B, S, A): :func:`step_block_rows` rows."""
-    batch, sources, size = keys.shape
-    return keys.new_empty(step_block_rows(batch, sources, size, keys.device) * sources * size)
+    def scores(self, query: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """out (B, S, contiguous) = 2 s . v = v . tanh(q + k) + sum(v): the energies up to
+        a constant per row, which a softmax ignores."""
+        size = self.energy2.size(0)
+        for b0, b1, keys2, block in self.blocks:
+            block = self._sigmoid(query, b0, b1, keys2, block)
+            torch.mv(block.view(-1, size), self.energy2, out=out[b0:b1].view(-1))
+        return out
+
+    def backward(
+        self,
+        grad_scores: torch.Tensor,
+        query: torch.Tensor,
+        grad_query: torch.Tensor,
+        grad_keys: torch.Tensor,
+        grad_energy: torch.Tensor,
+        first: bool,
+    ) -> torch.Tensor:
+        """The backward of :meth:`scores` for ``grad_scores`` (B, S, contiguous), whose rows
+        sum to zero (a softmax's backward; so sum de h = 2 sum de s, with no -sum(de) term):
+        writes dq (B, A) into ``grad_query`` and returns it, adds dv into ``grad_energy``
+        (A,), and adds sum_t de s (1 - s) into ``grad_keys`` (B, S, A; overwritten when
+        ``first``): the keys' gradient is that sum times 4 v (:meth:`finish_keys`), once
+        for all steps."""
+        size = self.energy2.size(0)
+        for b0, b1, keys2, block in self.blocks:
+            block = self._sigmoid(query, b0, b1, keys2, block)
+            grad = grad_scores[b0:b1]  # (b, S)
+            grad_energy.addmv_(block.view(-1, size).t(), grad.view(-1), alpha=2)
+            block.addcmul_(block, block, value=-1).mul_(grad.unsqueeze(-1))  # de s (1 - s)
+            torch.sum(block, 1, out=grad_query[b0:b1])
+            if first:
+                grad_keys[b0:b1].copy_(block)
+            else:
+                grad_keys[b0:b1].add_(block)
+        return grad_query.mul_(self.energy4)
+
+    def finish_keys(self, grad_keys: torch.Tensor) -> torch.Tensor:
+        """The keys' gradient k -> dk from :meth:`backward`'s sum, in place."""
+        return grad_keys.mul_(self.energy4)
 
 
 def step_block_rows(batch: int, sources: int, size: int, device: torch.device) -> int:

@@ -15,9 +15,13 @@ to looping ``BahdanauDecoder._recur`` over a ``StackedCell`` (tests/test_models.
 
 With the additive scorer (Bahdanau's own) the whole loop is one autograd function,
 :class:`_AdditiveGRULoop`, with a hand-written backward through time: no autograd node
-or gradient buffer per step, the keys' gradient summed in one buffer, and the outputs
-written time-major into buffers made once (the outputs are transposed views of them: not
-for in-place edits). Other scorers run the same equations
+or gradient buffer per step, the keys' gradient summed in one buffer (and scaled by 4 v
+once, :class:`~pipeline.models.additive_energy.StepEnergy`), and the outputs written
+time-major into buffers made once (the outputs are transposed views of them: not for
+in-place edits). Each step indexes per-step views made once, keeps every elementwise op
+in one dtype (torch's mixed bf16 / float32 path is several times slower), and takes the
+softmax's backward from aten's kernel: about 300 operator calls per step forward and
+backward, from 550. Other scorers run the same equations
 through autograd, with :class:`~pipeline.models.step_linear.StepLinear` products and a
 :class:`~pipeline.models.attention.StepReader` context.
 
@@ -123,31 +127,34 @@ def _additive_gru_loop(
     )
     weight = torch.cat([cell.weight_hh, query.weight])  # [W_hh; W_a], (3H + A, H)
     bias = torch.cat([cell.bias_hh, query_bias])
-    context_weight, values = cell.weight_ih[:, width:], memory.values  # (3H, H), (B, S, H)
+    context_weight = cell.weight_ih[:, width:]  # (3H, H)
     device = embedded.device.type
     if torch.is_autocast_enabled(device):  # products in the autocast dtype, cast once
         dtype = torch.get_autocast_dtype(device)
-        weight, context_weight, values = (t.to(dtype) for t in (weight, context_weight, values))
-    hidden = hidden.to(torch.promote_types(hidden.dtype, torch.float32))  # the state's dtype
+        weight, context_weight = weight.to(dtype), context_weight.to(dtype)
+    state = torch.promote_types(hidden.dtype, torch.float32)  # float64 stays
+    values = memory.values.to(weight.dtype)  # the contexts' products, as the others
     with torch.autocast(device, enabled=False):
         return _AdditiveGRULoop.apply(
-            input_part, hidden, weight, bias, context_weight, values, memory.keys,
+            input_part, hidden.to(state), weight, bias, context_weight, values, memory.keys,
             scorer.energy.weight.squeeze(0), memory.src_mask,
         )  # fmt: skip
 
 
 class _AdditiveGRULoop(torch.autograd.Function):
     """The teacher-forced Bahdanau loop with the additive scorer, forward and backward by
-    hand. Products run in the dtype of ``weight`` (bf16 under autocast); the state, gates,
-    energies and softmax in float32 (float64 for float64 inputs). Per step i, with
-    s = s_{i-1}:
+    hand. The two products of each step run in the dtype of ``weight`` (bf16 under
+    autocast); the state, gates, energies, softmax and the values' products in float32
+    (float64 for float64 inputs). Per step i, with s = s_{i-1}:
 
         R = s [W_hh; W_a]^T + [b_hh; 0]        (B, 3H + A): gates' recurrent part, query q
-        a = softmax(v . tanh(q + k_j), masked)  (B, S)        (additive_energy.step_scores)
+        a = softmax(v . tanh(q + k_j), masked)  (B, S)        (additive_energy.StepEnergy)
         c = a V                                 (B, H)
         G = X_i + c W_c^T                       (B, 3H): X_i = W_ih[:, :E] y_{i-1} + b_ih
         r, z = sigma(G_rz + R_rz); n = tanh(G_n + r R_n); s' = n + z (s - n)
 
+    Every per-step tensor lives in a time-major buffer made once, and the loops index
+    lists of its per-step views (``unbind``), so a step issues few operator calls.
     Backward walks the steps in reverse, carrying ds; each step's dR, dG and dc are kept
     (T, B, *) for the weights' and the values' gradients, one product each after the loop.
     """
@@ -156,47 +163,54 @@ class _AdditiveGRULoop(torch.autograd.Function):
     def forward(ctx, input_part, hidden, weight, bias, context_weight, values, keys, energy, mask):
         ctx.set_materialize_grads(False)
         size, (batch, steps) = context_weight.size(1), input_part.shape[:2]
-        sources, attention = keys.shape[1:]
-        state, first = hidden.dtype, hidden
-        keys_dtype, keys, energy_f = keys.dtype, keys.to(state), energy.to(state)
-        energy2 = energy_f * 2
+        sources, width = keys.size(1), weight.size(0)
+        state = hidden.dtype
+        keys_dtype, keys2, energy_f = keys.dtype, keys.to(state) * 2, energy.to(state)
+        step_energy = energy_blocks.StepEnergy(keys2, energy_f)
         # -sum(v) (the tanh-through-sigmoid identity) and the mask, added in one pass
-        offset = keys.new_zeros(batch, sources).masked_fill_(~mask, float("-inf"))
+        offset = keys2.new_zeros(batch, sources).masked_fill_(~mask, float("-inf"))
         offset -= energy_f.sum()
-        buffer = energy_blocks.step_buffer(keys)
-        inputs = input_part.transpose(0, 1).contiguous()  # X_i, (T, B, 3H)
+        inputs = input_part.transpose(0, 1).contiguous().unbind(0)  # X_i, (B, 3H) each
         tops = hidden.new_empty(steps, batch, size)  # s_i, time-major
-        contexts = values.new_empty(steps, batch, size)  # c_i
-        weights = hidden.new_empty(steps, batch, sources)  # a_i
+        contexts = values.new_empty(steps, batch, 1, size)  # c_i
+        weights = hidden.new_empty(steps, batch, 1, sources)  # a_i
         previous = weight.new_empty(steps, batch, size)  # s_{i-1} in the products' dtype
-        queries2 = keys.new_empty(steps, batch, attention)  # 2 q_i
-        gates = hidden.new_empty(steps, batch, 4 * size)  # r | z | n | R_n
-        scores = keys.new_empty(batch, sources)
+        recurrents = hidden.new_empty(steps, batch, width)  # R_i: r | z | n parts, q_i
+        gates = hidden.new_empty(steps, batch, 3 * size)  # r | z | n
+        differences = hidden.new_empty(steps, batch, size)  # s_{i-1} - n
+        scores = keys2.new_empty(batch, sources)
         bias_dtype, bias = bias.dtype, bias.to(weight.dtype)
+        weight_t, context_t = weight.t(), context_weight.t()
+        per_step = zip(
+            inputs, previous.unbind(0), recurrents.unbind(0),
+            *(t.unbind(0) for t in recurrents.split([2 * size, size, width - 3 * size], 2)),
+            weights.unbind(0), contexts.unbind(0),
+            gates[..., : 2 * size].unbind(0), *(t.unbind(0) for t in gates.split(size, 2)),
+            differences.unbind(0), tops.unbind(0),
+        )  # fmt: skip
         previous[0] = hidden
-        for i in range(steps):
-            recurrent = torch.addmm(bias, previous[i], weight.t()).to(state)  # (B, 3H + A)
-            torch.mul(recurrent[:, 3 * size :], 2, out=queries2[i])
-            energy_blocks.step_scores(queries2[i], keys, energy2, offset, buffer, scores)
-            torch.softmax(scores, -1, out=weights[i])
-            read = weights[i].to(values.dtype).unsqueeze(1)  # (B, 1, S)
-            torch.bmm(read, values, out=contexts[i].unsqueeze(1))  # c_i
-            inputs_i = torch.addmm(inputs[i], contexts[i], context_weight.t()).to(state)  # G
-            saved = gates[i]
-            rz = saved[:, : 2 * size]
-            torch.add(inputs_i[:, : 2 * size], recurrent[:, : 2 * size], out=rz).sigmoid_()
-            reset, update = rz[:, :size], rz[:, size:]
-            recurrent_n = saved[:, 3 * size :]
-            recurrent_n.copy_(recurrent[:, 2 * size : 3 * size])
-            candidate = saved[:, 2 * size : 3 * size]
-            torch.addcmul(inputs_i[:, 2 * size :], reset, recurrent_n, out=candidate).tanh_()
-            hidden = torch.addcmul(candidate, update, hidden - candidate, out=tops[i])
+        for i, (inputs_i, previous_i, recurrent, recurrent_rz, recurrent_n, query, weight_i,
+                context, reset_update, reset, update, candidate, difference,
+                top) in enumerate(per_step):  # fmt: skip
+            recurrent.copy_(torch.addmm(bias, previous_i, weight_t))  # R, in the state's dtype
+            step_energy.scores(query, scores).add_(offset)
+            torch.softmax(scores, -1, out=weight_i.squeeze(1))
+            torch.bmm(weight_i.to(values.dtype), values, out=context)  # c_i, (B, 1, H)
+            # G (B, 3H) in float32: an op with mixed bf16 / float32 inputs takes torch's
+            # slow path (10x a cast and an op at these sizes, docs/benchmarks.md)
+            gate_inputs = torch.addmm(inputs_i, context.squeeze(1), context_t).to(state)
+            inputs_rz, inputs_n = gate_inputs.split([2 * size, size], 1)
+            torch.add(inputs_rz, recurrent_rz, out=reset_update).sigmoid_()  # float32 sums
+            torch.addcmul(inputs_n, reset, recurrent_n, out=candidate).tanh_()
+            torch.sub(hidden, candidate, out=difference)
+            hidden = torch.addcmul(candidate, update, difference, out=top)
             if i + 1 < steps:
                 previous[i + 1] = hidden
-        ctx.save_for_backward(first, tops, previous, queries2, gates, weights, contexts,
-                              weight, context_weight, values, keys, energy_f)  # fmt: skip
+        ctx.save_for_backward(tops, previous, recurrents, gates, differences, weights, contexts,
+                              weight, context_weight, values, keys2, energy_f)  # fmt: skip
         ctx.dtypes, ctx.device_type = (bias_dtype, keys_dtype, energy.dtype), keys.device.type
-        return tops.transpose(0, 1), contexts.transpose(0, 1), weights.transpose(0, 1)
+        outputs = tops, contexts.squeeze(2), weights.squeeze(2)
+        return tuple(t.transpose(0, 1) for t in outputs)
 
     @staticmethod
     @once_differentiable
@@ -207,62 +221,71 @@ class _AdditiveGRULoop(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, grad_tops, grad_contexts, grad_weights):
-        (first, tops, previous, queries2, gates, weights, contexts,
-         weight, context_weight, values, keys, energy) = ctx.saved_tensors  # fmt: skip
+        (tops, previous, recurrents, gates, differences, weights, contexts,
+         weight, context_weight, values, keys2, energy) = ctx.saved_tensors  # fmt: skip
         steps, batch, size = previous.shape
-        state = gates.dtype
+        state, width = gates.dtype, weight.size(0)
+        step_energy = energy_blocks.StepEnergy(keys2, energy)
         values_t = values.transpose(1, 2).contiguous()  # (B, H, S)
-        buffer = energy_blocks.step_buffer(keys)
-        grad_keys, grad_energy = torch.empty_like(keys), torch.zeros_like(energy)
-        grad_query = keys.new_empty(batch, keys.size(2))
-        grad_recurrent = weight.new_empty(steps, batch, weight.size(0))  # dR_i
+        grad_keys, grad_energy = torch.empty_like(keys2), torch.zeros_like(energy)
+        grad_recurrent = weight.new_empty(steps, batch, width)  # dR_i, products' dtype
         grad_inputs = weight.new_empty(steps, batch, 3 * size)  # dG_i = dX_i
-        grad_context = values.new_empty(steps, batch, size)  # dc_i
-        grad_bias = gates.new_zeros(weight.size(0))
-        grad_pre = gates.new_empty(batch, 3 * size)  # d(pre-activations): r | z | n
+        grad_context = values.new_empty(steps, batch, 1, size)  # dc_i
+        grad_a = values.new_empty(batch, 1, values.size(1))  # da_i
+        grad_row = gates.new_empty(batch, width)  # dR in float32: d r | d z | d n r | dq
+        grad_pre, grad_query = grad_row.split([3 * size, width - 3 * size], 1)
+        grad_r, grad_z, grad_n = grad_pre.split(size, 1)  # d(pre-activations) r | z | n
+        bias_sum = gates.new_zeros(batch, width)  # dR summed over the steps
         grad_hidden = gates.new_zeros(batch, size)  # ds, carried back through the steps
-        grad_tops = None if grad_tops is None else grad_tops.transpose(0, 1)
-        grad_contexts = None if grad_contexts is None else grad_contexts.transpose(0, 1)
-        grad_weights = None if grad_weights is None else grad_weights.transpose(0, 1)
-        for i in reversed(range(steps)):
-            if grad_tops is not None:
-                grad_hidden += grad_tops[i]
-            saved = gates[i]
-            reset, update = saved[:, :size], saved[:, size : 2 * size]
-            candidate, recurrent_n = saved[:, 2 * size : 3 * size], saved[:, 3 * size :]
-            hidden = tops[i - 1] if i else first  # s_{i-1}
-            grad_n = grad_pre[:, 2 * size :]
-            torch.mul(grad_hidden, 1 - update, out=grad_n).mul_(1 - candidate * candidate)
-            torch.mul(grad_n, recurrent_n, out=grad_pre[:, :size]).mul_(reset - reset * reset)
-            torch.mul(grad_hidden, hidden - candidate, out=grad_pre[:, size : 2 * size])
-            grad_pre[:, size : 2 * size].mul_(update - update * update)
-            grad_inputs[i] = grad_pre  # dG = dX_i
-            if grad_contexts is None:
-                torch.mm(grad_inputs[i], context_weight, out=grad_context[i])
+        spare = torch.empty_like(grad_hidden)  # ds ping-pongs between these two
+        per_step = zip(
+            *(t.unbind(0) for t in gates.split(size, 2)),
+            recurrents[..., 2 * size : 3 * size].unbind(0),
+            recurrents[..., 3 * size :].unbind(0),
+            differences.unbind(0), weights.squeeze(2).unbind(0), grad_inputs.unbind(0),
+            grad_context.unbind(0), grad_recurrent.unbind(0),
+            (grad_tops.transpose(0, 1) if grad_tops is not None else [None] * steps),
+            (grad_contexts.transpose(0, 1) if grad_contexts is not None else [None] * steps),
+            (grad_weights.transpose(0, 1) if grad_weights is not None else [None] * steps),
+        )  # fmt: skip
+        for i, (reset, update, candidate, recurrent_n, query, difference, a, grad_inputs_i,
+                grad_c, grad_recurrent_i, grad_top, grad_c_out, grad_w_out) in reversed(
+            list(enumerate(per_step))
+        ):  # fmt: skip
+            if grad_top is not None:
+                grad_hidden += grad_top
+            # d n_pre = ds (1 - z) (1 - n^2); d z_pre = ds (s - n) z (1 - z)
+            torch.addcmul(grad_hidden, grad_hidden, update, value=-1, out=grad_n)
+            torch.addcmul(grad_n, grad_n * candidate, candidate, value=-1, out=grad_n)
+            torch.mul(grad_hidden, difference, out=grad_z)
+            grad_z.mul_(torch.addcmul(update, update, update, value=-1))
+            # d r_pre = d n_pre R_n r (1 - r)
+            torch.mul(grad_n, recurrent_n, out=grad_r)
+            grad_r.mul_(torch.addcmul(reset, reset, reset, value=-1))
+            grad_inputs_i.copy_(grad_pre)  # dG = dX_i
+            if grad_c_out is None:  # dc_i, (B, 1, H)
+                torch.mm(grad_inputs_i, context_weight, out=grad_c.squeeze(1))
             else:
-                torch.addmm(grad_contexts[i], grad_inputs[i], context_weight, out=grad_context[i])
-            grad_a = torch.bmm(grad_context[i].unsqueeze(1), values_t).squeeze(1).to(state)
-            if grad_weights is not None:
-                grad_a += grad_weights[i]
-            a = weights[i]  # softmax backward: a (da - sum(a da)); masked positions: a = 0
-            grad_scores = grad_a.sub_((a * grad_a).sum(-1, keepdim=True)).mul_(a)
-            energy_blocks.step_backward(
-                grad_scores, queries2[i], keys, energy, buffer, grad_query, grad_keys,
-                grad_energy, first=i == steps - 1,
-            )  # fmt: skip
-            grad_n.mul_(reset)  # d(r R_n) -> dR_n; done with d pre_n (in dX_i above)
-            row = grad_recurrent[i]  # dR = [d r | d z | d n * r | dq]
-            row[:, : 3 * size] = grad_pre
-            row[:, 3 * size :] = grad_query
-            grad_bias[: 3 * size] += grad_pre.sum(0)  # in the state's dtype
-            grad_bias[3 * size :] += grad_query.sum(0)  # W_a's bias, if the scorer has one
-            grad_hidden = torch.mm(row, weight).to(state).addcmul_(grad_hidden, update)
+                torch.addmm(grad_c_out, grad_inputs_i, context_weight, out=grad_c.squeeze(1))
+            torch.bmm(grad_c, values_t, out=grad_a)
+            grad_a_state = grad_a.squeeze(1).to(state)  # da_i, (B, S)
+            if grad_w_out is not None:
+                grad_a_state += grad_w_out
+            grad_scores = torch.ops.aten._softmax_backward_data(grad_a_state, a, -1, state)
+            step_energy.backward(grad_scores, query, grad_query, grad_keys, grad_energy,
+                                 first=i == steps - 1)  # fmt: skip
+            grad_n.mul_(reset)  # d(r R_n) -> dR_n; done with d n_pre (in dX_i above)
+            grad_recurrent_i.copy_(grad_row)  # dR = [d r | d z | d n * r | dq]
+            bias_sum += grad_row
+            spare.copy_(torch.mm(grad_recurrent_i, weight)).addcmul_(grad_hidden, update)
+            grad_hidden, spare = spare, grad_hidden
         flat = steps * batch
-        recurrent = grad_recurrent.view(flat, -1)
-        grad_weight = recurrent.t() @ previous.view(flat, size)
+        grad_weight = grad_recurrent.view(flat, -1).t() @ previous.view(flat, size)
         grad_context_weight = grad_inputs.view(flat, -1).t() @ contexts.view(flat, size)
-        grad_values = weights.to(values.dtype).permute(1, 2, 0) @ grad_context.transpose(0, 1)
+        read = weights.squeeze(2).to(values.dtype).permute(1, 2, 0)  # (B, S, T)
+        grad_values = read @ grad_context.squeeze(2).transpose(0, 1)  # (B, S, H)
         bias_dtype, keys_dtype, energy_dtype = ctx.dtypes
-        return (grad_inputs.transpose(0, 1), grad_hidden, grad_weight, grad_bias.to(bias_dtype),
-                grad_context_weight, grad_values, grad_keys.to(keys_dtype),
+        return (grad_inputs.transpose(0, 1), grad_hidden, grad_weight,
+                bias_sum.sum(0).to(bias_dtype), grad_context_weight, grad_values,
+                step_energy.finish_keys(grad_keys).to(keys_dtype),
                 grad_energy.to(energy_dtype), None)  # fmt: skip
