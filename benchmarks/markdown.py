@@ -41,6 +41,8 @@ def max_other_load(results: dict[str, Any]) -> float:
     """The highest ``other_load`` of any trial (see ``benchmarks.trials``)."""
     trials = [*results["training"], *results["decoding"]]
     trials += [r["reference"] for r in results["reference"]]
+    trials += [r["pipeline"][side] for r in results["reference"] for side in ("before", "after")
+               if side in r["pipeline"]]  # fmt: skip
     trials += [results["ceiling"]["one_thread"], results["ceiling"]["two_threads"]]
     threads = results["threads"]
     trials += [*threads["mixed_pair"], *threads["pair_one_thread"], threads["alone_one_thread"]]
@@ -193,7 +195,7 @@ def executed_ratio(trial: dict[str, Any]) -> float:
 
 def reference_section(results: dict[str, Any]) -> list[str]:
     rows = [
-        [r["scorer"], r["wiring"], r["hidden_size"], f"{r['pipeline']['tokens_per_s']:.0f}",
+        [r["scorer"], r["wiring"], r["hidden_size"], bracket(r["pipeline"]),
          f"{r['pipeline_fp32']['tokens_per_s']:.0f}",
          f"{r['reference']['tokens_per_s']:.0f}", f"{r['speedup']:.2f}x",
          f"{r['speedup_fp32']:.2f}x",
@@ -202,13 +204,28 @@ def reference_section(results: dict[str, Any]) -> list[str]:
         for r in results["reference"]
     ]  # fmt: skip
     header = (
-        f"scorer|wiring|hidden|pipeline ({results['setup']['precision']}) tok/s"
+        f"scorer|wiring|hidden|pipeline ({results['setup']['precision']}) tok/s, before / after"
         "|pipeline (fp32) tok/s|reference (fp32) tok/s|speed-up|speed-up, fp32 only"
         "|reference FLOPs / model"
         "|loss rel. difference|other load"
     )
     title = "## 3. Pipeline vs per-step reference (benchmarks/reference.py), 1 thread"
-    return [title, ""] + table(header, rows)
+    bracketed = all("before" in r["pipeline"] for r in results["reference"])
+    method = (
+        "Side by side: each row times the pipeline right before and right after its "
+        "reference trial; the speed-up is their mean over the reference."
+        if bracketed
+        else "The pipeline's tokens/s are section 2's trials, timed minutes before the reference."
+    )
+    return [title, "", method, ""] + table(header, rows)
+
+
+def bracket(pipeline: dict[str, Any]) -> str:
+    """The pipeline's mean tokens/s and, where timed, its trials before / after."""
+    if "before" not in pipeline:  # results written before the bracketing
+        return f"{pipeline['tokens_per_s']:.0f}"
+    sides = (pipeline["before"]["tokens_per_s"], pipeline["after"]["tokens_per_s"])
+    return f"{pipeline['tokens_per_s']:.0f} ({sides[0]:.0f} / {sides[1]:.0f})"
 
 
 def decoding_section(results: dict[str, Any]) -> list[str]:

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from benchmarks import sweep_scaling
-from benchmarks.markdown import find, render
+from benchmarks.markdown import render
 from benchmarks.study_log import parse_study_log
 from benchmarks.trials import ROOT, TrialRunner, cpu_model, other_load
 from pipeline.config import SCORERS, EvaluateConfig
@@ -130,24 +130,30 @@ def measure_training(args, runner: TrialRunner, ceiling: dict[str, Any]) -> list
     return rows
 
 
-def measure_reference(
-    args, runner: TrialRunner, training: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def measure_reference(args, runner: TrialRunner) -> list[dict[str, Any]]:
+    """The pipeline against the per-step reference, side by side: each row times the
+    pipeline right before and right after its reference trial (the speed-up takes their
+    mean), so a drift of the machine's speed between sections cannot enter the ratio."""
     hidden, rows = max(args.hidden_sizes), []
     for scorer in ("additive", "dot"):
         for wiring in ("luong", "bahdanau"):
-            spec = train_spec(args, scorer, wiring, hidden, precision="fp32")
-            reference = runner.one({**spec, "implementation": "reference", "check": True})
-            pipeline = find(training, scorer, wiring, hidden)
-            # in fp32 the training table's trial is this very spec: not timed twice
-            pipeline_fp32 = pipeline if args.precision == "fp32" else runner.one(spec)
-            speedup = pipeline["tokens_per_s"] / reference["tokens_per_s"]
+            spec = train_spec(args, scorer, wiring, hidden)
+            before = runner.one(spec)
+            reference_spec = train_spec(args, scorer, wiring, hidden, precision="fp32")
+            reference = runner.one({**reference_spec, "implementation": "reference", "check": True})
+            # in fp32 the bracketing trials are this very spec: not timed a third time
+            pipeline_fp32 = None if args.precision == "fp32" else runner.one(reference_spec)
+            after = runner.one(spec)
+            pipeline = (before["tokens_per_s"] + after["tokens_per_s"]) / 2
+            if pipeline_fp32 is None:
+                pipeline_fp32 = {"tokens_per_s": pipeline}
+            speedup = pipeline / reference["tokens_per_s"]
             rows.append(
                 {
                     "scorer": scorer,
                     "wiring": wiring,
                     "hidden_size": hidden,
-                    "pipeline": pipeline,
+                    "pipeline": {"tokens_per_s": pipeline, "before": before, "after": after},
                     "pipeline_fp32": pipeline_fp32,
                     "reference": reference,
                     "speedup": speedup,
@@ -155,11 +161,14 @@ def measure_reference(
                 }
             )
             logger.info(
-                "reference %s %s h%d: %.0f tok/s; pipeline %.1fx, fp32 %.1fx (loss diff %.1e)",
+                "reference %s %s h%d: %.0f tok/s; pipeline %.0f / %.0f tok/s before / after, "
+                "%.2fx, fp32 %.2fx (loss diff %.1e)",
                 scorer,
                 wiring,
                 hidden,
                 reference["tokens_per_s"],
+                before["tokens_per_s"],
+                after["tokens_per_s"],
                 speedup,
                 rows[-1]["speedup_fp32"],
                 reference["loss_relative_difference"],
@@ -303,8 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     results["setup"]["other_load_at_start"] = other_load()
     runner = TrialRunner(args.max_other_load, budget_seconds=args.busy_budget_seconds)
     results["ceiling"] = ceiling = measure_ceiling(args, runner)
-    results["training"] = training = measure_training(args, runner, ceiling)
-    results["reference"] = measure_reference(args, runner, training)
+    results["training"] = measure_training(args, runner, ceiling)
+    results["reference"] = measure_reference(args, runner)
     results["threads"] = measure_threads(args, runner, ceiling)
     results["decoding"] = measure_decoding(args, runner)
     if args.sweep_steps:
