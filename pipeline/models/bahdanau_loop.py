@@ -19,10 +19,10 @@ or gradient buffer per step, the keys' gradient summed in one buffer (and scaled
 once, :class:`~pipeline.models.additive_energy.StepEnergy`), and the outputs written
 time-major into buffers made once (the outputs are transposed views of them: not for
 in-place edits). Each step indexes per-step views made once, keeps every elementwise op
-in one dtype (torch's mixed bf16 / float32 path is several times slower), and takes the
-softmax's backward from aten's kernel: about 300 operator calls per step forward and
-backward, from 550. Other scorers run the same equations
-through autograd, with :class:`~pipeline.models.step_linear.StepLinear` products and a
+in one dtype (torch's mixed bf16 / float32 path is slower than a cast and an op), and
+takes the softmax's backward from aten's kernel: about 300 operator calls per step,
+forward and backward, from 550. Other scorers run the same equations through autograd,
+with :class:`~pipeline.models.step_linear.StepLinear` products and a
 :class:`~pipeline.models.attention.StepReader` context.
 
 Measured in docs/benchmarks.md ("Issue 13"); ``benchmarks.profile_step`` shows where the
@@ -197,7 +197,7 @@ class _AdditiveGRULoop(torch.autograd.Function):
             torch.softmax(scores, -1, out=weight_i.squeeze(1))
             torch.bmm(weight_i.to(values.dtype), values, out=context)  # c_i, (B, 1, H)
             # G (B, 3H) in float32: an op with mixed bf16 / float32 inputs takes torch's
-            # slow path (10x a cast and an op at these sizes, docs/benchmarks.md)
+            # slower path (docs/benchmarks.md, "fewer operator calls")
             gate_inputs = torch.addmm(inputs_i, context.squeeze(1), context_t).to(state)
             inputs_rz, inputs_n = gate_inputs.split([2 * size, size], 1)
             torch.add(inputs_rz, recurrent_rz, out=reset_update).sigmoid_()  # float32 sums
