@@ -13,6 +13,7 @@ Writes ``<out>/reference.json`` and ``<out>/reference.md``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import statistics
@@ -23,6 +24,7 @@ from typing import Any
 from benchmarks.markdown import table
 from benchmarks.run import measure_reference, parse_args, setup_summary
 from benchmarks.trials import TrialRunner
+from pipeline.io import write_text
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +79,10 @@ def render(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     argv = sys.argv[1:] if argv is None else argv
-    rounds_count, rest = 3, list(argv)
-    if "--rounds" in rest:
-        at = rest.index("--rounds")
-        rounds_count = int(rest[at + 1])
-        del rest[at : at + 2]
-    args = parse_args(rest)
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--rounds", type=int, default=3)
+    mine, rest = own.parse_known_args(argv)  # the rest are benchmarks.run's options
+    rounds_count, args = mine.rounds, parse_args(rest)
     started, setup = time.perf_counter(), setup_summary(args)
     runner = TrialRunner(args.max_other_load, budget_seconds=args.busy_budget_seconds)
     rounds = []
@@ -92,14 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     results = {"setup": setup, "argv": argv, "rounds": rounds}
     results["summary"] = summarize(rounds)
     results["setup"]["run_seconds"] = time.perf_counter() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in (
-        ("reference.json", json.dumps(results, indent=1) + "\n"),
-        ("reference.md", render(results)),
-    ):
-        temporary = args.out / f"{name}.tmp"
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(args.out / name)
+    write_text(args.out / "reference.json", json.dumps(results, indent=1) + "\n")  # atomic
+    write_text(args.out / "reference.md", render(results))
     logger.info("wrote %s/reference.{json,md}", args.out)
 
 

@@ -51,6 +51,7 @@ from benchmarks.markdown import render
 from benchmarks.study_log import parse_study_log
 from benchmarks.trials import ROOT, TrialRunner, cpu_model, other_load
 from pipeline.config import SCORERS, EvaluateConfig
+from pipeline.io import write_text
 from pipeline.models.precision import PRECISIONS, resolve
 
 logger = logging.getLogger("benchmarks.run")
@@ -142,11 +143,10 @@ def measure_reference(args, runner: TrialRunner) -> list[dict[str, Any]]:
             reference_spec = train_spec(args, scorer, wiring, hidden, precision="fp32")
             reference = runner.one({**reference_spec, "implementation": "reference", "check": True})
             # in fp32 the bracketing trials are this very spec: not timed a third time
-            pipeline_fp32 = None if args.precision == "fp32" else runner.one(reference_spec)
+            fp32_trial = None if args.precision == "fp32" else runner.one(reference_spec)
             after = runner.one(spec)
             pipeline = (before["tokens_per_s"] + after["tokens_per_s"]) / 2
-            if pipeline_fp32 is None:
-                pipeline_fp32 = {"tokens_per_s": pipeline}
+            pipeline_fp32 = fp32_trial or {"tokens_per_s": pipeline}
             speedup = pipeline / reference["tokens_per_s"]
             rows.append(
                 {
@@ -331,14 +331,8 @@ def main(argv: list[str] | None = None) -> None:
         results["study"] = {"skipped": "no --study-log given"}
     results["setup"]["run_seconds"] = time.perf_counter() - started
     results["setup"]["busy_seconds_spent"] = runner.spent_seconds
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in (
-        ("latest.json", json.dumps(results, indent=1) + "\n"),
-        ("latest.md", render(results)),
-    ):
-        temporary = args.out / f"{name}.tmp"
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(args.out / name)
+    write_text(args.out / "latest.json", json.dumps(results, indent=1) + "\n")  # atomic
+    write_text(args.out / "latest.md", render(results))
     logger.info("wrote %s/latest.{json,md} in %.0f s", args.out, results["setup"]["run_seconds"])
 
 

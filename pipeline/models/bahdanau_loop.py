@@ -56,21 +56,9 @@ def gru_attention_loop(
     (B, T, S), with ``cell``'s weights and ``scorer`` scoring against s_{i-1}."""
     if isinstance(scorer, AdditiveScorer):
         return _additive_gru_loop(cell, scorer, embedded, memory, hidden)
-    size, width = cell.hidden_size, embedded.size(-1)
-    batch, steps = embedded.shape[:2]
-    input_part = F.linear(embedded, cell.weight_ih[:, :width], cell.bias_ih)  # (B, T, 3H)
-    context_weight = cell.weight_ih[:, width:]  # (3H, H)
+    size, (batch, steps) = cell.hidden_size, embedded.shape[:2]
+    input_part, weight, bias, context_weight = _loop_products(cell, scorer, embedded)
     query_layer = scorer.query_layer()
-    weight, bias = cell.weight_hh, cell.bias_hh  # (3H, H), (3H,)
-    if query_layer is not None:  # [W_hh; W_a]: one product of s_{i-1} per step
-        query_bias = query_layer.bias
-        if query_bias is None:
-            query_bias = bias.new_zeros(query_layer.out_features)
-        weight = torch.cat([weight, query_layer.weight])  # (3H + A, H)
-        bias = torch.cat([bias, query_bias])
-    if torch.is_autocast_enabled(embedded.device.type):  # cast once, not at every step
-        dtype = torch.get_autocast_dtype(embedded.device.type)
-        weight, context_weight = weight.to(dtype), context_weight.to(dtype)
     hidden = hidden.float()
     recurrent_layer, recurrent_anchors = StepLinear.start(weight, bias, steps, batch)
     context_layer, context_anchors = StepLinear.start(context_weight, None, steps, batch)
@@ -97,6 +85,30 @@ def gru_attention_loop(
     return stack(tops), stack(contexts), stack(weights)
 
 
+def _loop_products(cell: nn.GRUCell, scorer: Scorer, embedded: torch.Tensor):
+    """What both loops multiply: the embeddings' share of the GRU input for all steps,
+    ``W_ih[:, :E] y + b_ih`` (B, T, 3H); the per-step recurrent weight and bias, [W_hh; W_a]
+    and [b_hh; b_a] when the scorer has a query layer (one product of s_{i-1} per step,
+    a missing b_a as zeros), else W_hh and b_hh; and the context's weight W_ih[:, E:]
+    (3H, H). Under autocast the two per-step weights are cast once, not at every step."""
+    width = embedded.size(-1)
+    input_part = F.linear(embedded, cell.weight_ih[:, :width], cell.bias_ih)
+    context_weight = cell.weight_ih[:, width:]
+    weight, bias = cell.weight_hh, cell.bias_hh
+    query_layer = scorer.query_layer()
+    if query_layer is not None:
+        query_bias = query_layer.bias
+        if query_bias is None:
+            query_bias = bias.new_zeros(query_layer.out_features)
+        weight = torch.cat([weight, query_layer.weight])
+        bias = torch.cat([bias, query_bias])
+    device = embedded.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        weight, context_weight = weight.to(dtype), context_weight.to(dtype)
+    return input_part, weight, bias, context_weight
+
+
 def gru_update(inputs: torch.Tensor, recurrent: torch.Tensor, hidden: torch.Tensor):
     """torch.nn.GRUCell's update from its two products: inputs = W_ih x + b_ih, recurrent =
     W_hh h + b_hh (B, 3H, gates r, z, n), hidden h (B, H) -> h' (B, H).
@@ -119,19 +131,8 @@ def _additive_gru_loop(
     hidden: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`gru_attention_loop` for the additive scorer, through :class:`_AdditiveGRULoop`."""
-    width = embedded.size(-1)
-    input_part = F.linear(embedded, cell.weight_ih[:, :width], cell.bias_ih)  # (B, T, 3H)
-    query = scorer.query_layer()  # W_a (without a bias in AdditiveScorer)
-    query_bias = (
-        query.bias if query.bias is not None else query.weight.new_zeros(query.out_features)
-    )
-    weight = torch.cat([cell.weight_hh, query.weight])  # [W_hh; W_a], (3H + A, H)
-    bias = torch.cat([cell.bias_hh, query_bias])
-    context_weight = cell.weight_ih[:, width:]  # (3H, H)
+    input_part, weight, bias, context_weight = _loop_products(cell, scorer, embedded)
     device = embedded.device.type
-    if torch.is_autocast_enabled(device):  # products in the autocast dtype, cast once
-        dtype = torch.get_autocast_dtype(device)
-        weight, context_weight = weight.to(dtype), context_weight.to(dtype)
     state = torch.promote_types(hidden.dtype, torch.float32)  # float64 stays
     values = memory.values.to(weight.dtype)  # the contexts' products, as the others
     with torch.autocast(device, enabled=False):
@@ -143,9 +144,10 @@ def _additive_gru_loop(
 
 class _AdditiveGRULoop(torch.autograd.Function):
     """The teacher-forced Bahdanau loop with the additive scorer, forward and backward by
-    hand. The two products of each step run in the dtype of ``weight`` (bf16 under
-    autocast); the state, gates, energies, softmax and the values' products in float32
-    (float64 for float64 inputs). Per step i, with s = s_{i-1}:
+    hand. The products (the two per step, and the context's batched product with the
+    values) run in the dtype of ``weight`` (bf16 under autocast); the state, gates,
+    energies and softmax in float32 (float64 for float64 inputs). Per step i, with
+    s = s_{i-1}:
 
         R = s [W_hh; W_a]^T + [b_hh; 0]        (B, 3H + A): gates' recurrent part, query q
         a = softmax(v . tanh(q + k_j), masked)  (B, S)        (additive_energy.StepEnergy)
