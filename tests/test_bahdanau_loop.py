@@ -96,3 +96,23 @@ def test_bf16_autocast_gradients_match_the_autograd_loop():
         scale = expected.abs().max()
         assert scale > 0
         torch.testing.assert_close(found / scale, expected / scale, rtol=0, atol=2e-2)
+
+
+@pytest.mark.parametrize("scorer_name", ["additive", "general"])
+def test_time_major_values_are_copied_once_not_at_every_step(scorer_name):
+    """The encoder's outputs reach the loop as a (B, S, H) view of time-major memory
+    (``nn.GRU(batch_first=True)``). Under bf16 autocast each step's batched product
+    copies a non-contiguous operand (at sizes above bmm's small-product path); both loops
+    (the additive one and the generic one of other scorers) make the values contiguous
+    once, so the copies do not grow with the steps."""
+    steps, batch, sources, size = 9, 8, 16, 64
+    cell, _, _, embedded, hidden, mask = _inputs(torch.float32, batch, steps, sources, size)
+    scorer = build_scorer(scorer_name, size)
+    values = torch.randn(sources, batch, size).transpose(0, 1).requires_grad_()
+    assert not values.is_contiguous()
+    with torch.profiler.profile() as prof, torch.autocast("cpu", dtype=torch.bfloat16):
+        memory = Memory(values, scorer.precompute(values), mask)
+        tops, contexts, weights = gru_attention_loop(cell, scorer, embedded, memory, hidden)
+        (tops.sum() + contexts.float().sum() + weights.sum()).backward()
+    copies = sum(e.count for e in prof.key_averages() if e.key == "aten::contiguous")
+    assert values.grad is not None and copies < steps

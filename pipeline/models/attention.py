@@ -234,7 +234,9 @@ class StepReader:
     """
 
     def __init__(self, values: torch.Tensor):
-        self.values = values.detach()  # (B, S, H)
+        # (B, S, H), contiguous once: the encoder's outputs are time-major underneath,
+        # and each step's bmm would otherwise copy them again
+        self.values = values.detach().contiguous()
         self.values_t = self.values.transpose(1, 2).contiguous()  # (B, H, S)
         self.weights: list[torch.Tensor] = []  # a_i, filled by read()
 

@@ -134,7 +134,9 @@ def _additive_gru_loop(
     input_part, weight, bias, context_weight = _loop_products(cell, scorer, embedded)
     device = embedded.device.type
     state = torch.promote_types(hidden.dtype, torch.float32)  # float64 stays
-    values = memory.values.to(weight.dtype)  # the contexts' products, as the others
+    # the contexts' products, as the others; contiguous once: the encoder's outputs are
+    # time-major underneath, and each step's bmm would otherwise copy them again
+    values = memory.values.to(weight.dtype, memory_format=torch.contiguous_format)
     with torch.autocast(device, enabled=False):
         return _AdditiveGRULoop.apply(
             input_part, hidden.to(state), weight, bias, context_weight, values, memory.keys,
