@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -40,7 +41,7 @@ import torch
 from benchmarks import workloads
 from benchmarks.flops import BatchShape, training_flops
 from benchmarks.markdown import table
-from benchmarks.trials import cpu_model
+from benchmarks.trials import cpu_model, machine_cpu_seconds, own_cpu_seconds
 from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
 from pipeline.io import write_text
@@ -77,6 +78,7 @@ def measure(args: argparse.Namespace, wiring: str, ceiling: float) -> dict[str, 
         for size in args.sizes:
             workloads.training_step(model, optimizer, batches[size][index], args.precision)
     samples = []
+    busy, own, started = machine_cpu_seconds()[0], own_cpu_seconds(), time.perf_counter()
     for round_ in range(args.rounds):
         shift = round_ % len(args.sizes)
         for size in args.sizes[shift:] + args.sizes[:shift]:
@@ -90,6 +92,8 @@ def measure(args: argparse.Namespace, wiring: str, ceiling: float) -> dict[str, 
                 "positions": shape.source_positions + shape.target_positions,
                 "flops": training_flops(config, vocab, shape),
             })  # fmt: skip
+    other = machine_cpu_seconds()[0] - busy - (own_cpu_seconds() - own)
+    other_load = max(0.0, other) / ((time.perf_counter() - started) * (os.cpu_count() or 1))
     rows = []
     for size in args.sizes:
         mine = [s for s in samples if s["size"] == size]
@@ -105,7 +109,8 @@ def measure(args: argparse.Namespace, wiring: str, ceiling: float) -> dict[str, 
         })  # fmt: skip
         logger.info("%s %d tokens: %.1f ms per step", wiring, size, ms)
     return {
-        "wiring": wiring, "data": source, "rows": rows, "samples": samples,
+        "wiring": wiring, "data": source, "other_load": other_load, "rows": rows,
+        "samples": samples,
         "fit_tokens": fit(samples, ["tokens"]),
         "fit_tokens_positions": fit(samples, ["tokens", "positions"]),
     }  # fmt: skip
@@ -124,6 +129,10 @@ def render(results: dict[str, Any]) -> str:
     for run in results["runs"]:
         one, two = run["fit_tokens"], run["fit_tokens_positions"]
         lines += ["", f"## {run['wiring']} ({run['data']})", ""]
+        if "other_load" in run:
+            load = f"{run['other_load']:.0%}"
+            lines += [f"Other processes' load while timing: {load} of all cores (above a few "
+                      "percent, read the times as upper bounds).", ""]  # fmt: skip
         lines += table(
             "batch tokens|target tokens|positions (src + tgt)|step ms (median)|tokens/s|"
             "GFLOP/step|products at the ceiling, ms|step / that floor",

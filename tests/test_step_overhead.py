@@ -36,6 +36,7 @@ def test_a_small_run_writes_both_files_with_every_size(tmp_path):
     (run,) = results["runs"]
     assert [r["size"] for r in run["rows"]] == [60, 120]
     assert len(run["samples"]) == 4 and all(s["seconds"] > 0 for s in run["samples"])
+    assert 0 <= run["other_load"] <= 1
     assert run["rows"][0]["tokens"] < run["rows"][1]["tokens"] <= 120
     assert "a = " in (out / "step_overhead.md").read_text()
     with pytest.raises(SystemExit):
