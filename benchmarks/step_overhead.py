@@ -128,13 +128,14 @@ def render(results: dict[str, Any]) -> str:
     ]
     for run in results["runs"]:
         one, two = run["fit_tokens"], run["fit_tokens_positions"]
-        lines += ["", f"## {run['wiring']} ({run['data']})", ""]
+        lines += ["", f"## {run['wiring']} wiring; data: {run['data']}", ""]
         if "other_load" in run:
             load = f"{run['other_load']:.0%}"
             lines += [f"Other processes' load while timing: {load} of all cores (above a few "
                       "percent, read the times as upper bounds).", ""]  # fmt: skip
         lines += table(
-            "batch tokens|target tokens|positions (src + tgt)|step ms (median)|tokens/s|"
+            "batch tokens|target tokens|positions (src + tgt)|step ms (median)|"
+            "tokens/s (all timed steps)|"
             "GFLOP/step|products at the ceiling, ms|step / that floor",
             [[r["size"], f"{r['tokens']:.0f}", f"{r['positions']:.0f}", f"{r['step_ms']:.1f}",
               f"{r['tokens_per_s']:.0f}", f"{r['gflop']:.1f}",
@@ -176,8 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--ceiling-seconds", type=float, default=5.0)
     command = sys.argv[1:] if argv is None else argv
     args = cli.parse_args(command)
-    if min(args.sizes) < 1 or args.rounds < 2:
-        cli.error("--sizes must be positive and --rounds at least 2")
+    if min(args.sizes) < 1 or len(set(args.sizes)) != len(args.sizes) or len(args.sizes) < 2:
+        cli.error("--sizes: at least two different positive sizes")
+    if args.rounds < 2 or args.warmup < 0:
+        cli.error("--rounds must be at least 2 and --warmup at least 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
     args.precision = resolve(args.precision, "cpu")

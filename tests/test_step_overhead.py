@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
-from benchmarks.step_overhead import fit, main
+from benchmarks.step_overhead import fit, main, render
 
 
 def test_fits_recover_the_per_step_per_token_and_per_position_costs():
@@ -26,7 +27,15 @@ def test_fits_recover_the_per_step_per_token_and_per_position_costs():
     assert tokens_only["r2"] < 0.999 and tokens_only["intercept_ms"] > 40
 
 
-def test_a_small_run_writes_both_files_with_every_size(tmp_path):
+@pytest.fixture
+def threads():
+    """main() sets one thread, as the benchmark runs; give the later tests theirs back."""
+    count = torch.get_num_threads()
+    yield
+    torch.set_num_threads(count)
+
+
+def test_a_small_run_writes_both_files_with_every_size(tmp_path, threads):
     """A real (tiny) run: random ids, a 16-unit model, two sizes, two rounds."""
     out = tmp_path / "out"
     main(["--wirings", "luong", "--sizes", "60", "120", "--rounds", "2", "--warmup", "1",
@@ -38,6 +47,25 @@ def test_a_small_run_writes_both_files_with_every_size(tmp_path):
     assert len(run["samples"]) == 4 and all(s["seconds"] > 0 for s in run["samples"])
     assert 0 <= run["other_load"] <= 1
     assert run["rows"][0]["tokens"] < run["rows"][1]["tokens"] <= 120
-    assert "a = " in (out / "step_overhead.md").read_text()
-    with pytest.raises(SystemExit):
-        main(["--sizes", "0", "--out", str(out)])
+    text = (out / "step_overhead.md").read_text()
+    assert text == render(results)
+    for row in run["rows"]:  # every size's row, with its median step time
+        assert f"| {row['size']} | " in text and f"{row['step_ms']:.1f}" in text
+    assert f"a = **{run['fit_tokens']['intercept_ms']:.1f} ms**" in text
+    assert "Other processes' load" in text
+    del run["other_load"]  # results written before that field still render
+    assert "Other processes' load" not in render(results)
+
+
+@pytest.mark.parametrize("bad", [
+    ["--sizes", "0", "500"],  # not positive
+    ["--sizes", "500"],  # one size: nothing to fit
+    ["--sizes", "500", "500"],  # the same size twice
+    ["--rounds", "1"],
+    ["--warmup", "-1"],
+])  # fmt: skip
+def test_bad_options_exit_before_any_timing(bad, tmp_path):
+    with pytest.raises(SystemExit) as exited:
+        main([*bad, "--out", str(tmp_path)])
+    assert exited.value.code != 0
+    assert not any(tmp_path.iterdir())
