@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
 import sys
 import time
@@ -41,7 +40,7 @@ import torch
 from benchmarks import workloads
 from benchmarks.flops import BatchShape, training_flops
 from benchmarks.markdown import table
-from benchmarks.trials import cpu_model, machine_cpu_seconds, own_cpu_seconds
+from benchmarks.trials import LoadWindow, cpu_model
 from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
 from pipeline.io import write_text
@@ -78,7 +77,7 @@ def measure(args: argparse.Namespace, wiring: str, ceiling: float) -> dict[str, 
         for size in args.sizes:
             workloads.training_step(model, optimizer, batches[size][index], args.precision)
     samples = []
-    busy, own, started = machine_cpu_seconds()[0], own_cpu_seconds(), time.perf_counter()
+    window = LoadWindow.open()
     for round_ in range(args.rounds):
         shift = round_ % len(args.sizes)
         for size in args.sizes[shift:] + args.sizes[:shift]:
@@ -92,20 +91,19 @@ def measure(args: argparse.Namespace, wiring: str, ceiling: float) -> dict[str, 
                 "positions": shape.source_positions + shape.target_positions,
                 "flops": training_flops(config, vocab, shape),
             })  # fmt: skip
-    other = machine_cpu_seconds()[0] - busy - (own_cpu_seconds() - own)
-    other_load = max(0.0, other) / ((time.perf_counter() - started) * (os.cpu_count() or 1))
+    other_load = window.shares()[0]
     rows = []
     for size in args.sizes:
         mine = [s for s in samples if s["size"] == size]
         ms = statistics.median(s["seconds"] for s in mine) * 1e3
         tokens = statistics.mean(s["tokens"] for s in mine)
-        floor = statistics.mean(s["flops"] for s in mine) / ceiling * 1e3
+        flops = statistics.mean(s["flops"] for s in mine)
         rows.append({
             "size": size, "tokens": tokens, "step_ms": ms,
             "tokens_per_s": sum(s["tokens"] for s in mine) / sum(s["seconds"] for s in mine),
             "positions": statistics.mean(s["positions"] for s in mine),
-            "gflop": statistics.mean(s["flops"] for s in mine) / 1e9,
-            "products_at_ceiling_ms": floor,
+            "gflop": flops / 1e9,
+            "products_at_ceiling_ms": flops / ceiling * 1e3,
         })  # fmt: skip
         logger.info("%s %d tokens: %.1f ms per step", wiring, size, ms)
     return {

@@ -47,13 +47,34 @@ def own_cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+@dataclass(frozen=True)
+class LoadWindow:
+    """From :meth:`open` to :meth:`shares`: the share of the machine's cores that other
+    processes kept busy (``other_load``) and the hypervisor's steal, on the same scale."""
+
+    busy: float
+    steal: float
+    own: float
+    start: float
+
+    @classmethod
+    def open(cls) -> LoadWindow:
+        busy, steal = machine_cpu_seconds()
+        return cls(busy, steal, own_cpu_seconds(), time.perf_counter())
+
+    def shares(self) -> tuple[float, float]:
+        """(other_load, steal) since the window opened."""
+        capacity = (time.perf_counter() - self.start) * (os.cpu_count() or 1)
+        busy, steal = machine_cpu_seconds()
+        other = busy - self.busy - (own_cpu_seconds() - self.own)
+        return max(0.0, other) / capacity, (steal - self.steal) / capacity
+
+
 def other_load(seconds: float = 1.0) -> float:
     """Share of the machine's cores busy with other processes over ``seconds``."""
-    busy, _ = machine_cpu_seconds()
-    own = own_cpu_seconds()
+    window = LoadWindow.open()
     time.sleep(seconds)
-    other = machine_cpu_seconds()[0] - busy - (own_cpu_seconds() - own)
-    return max(0.0, other) / (seconds * (os.cpu_count() or 1))
+    return window.shares()[0]
 
 
 def cpu_model() -> str:
@@ -85,8 +106,7 @@ def run_trials(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run ``specs`` at once, one process each, once; each result is its spec plus its
     numbers (see :class:`TrialRunner` for waiting out other work)."""
     wait = len(specs) > 1
-    busy, steal = machine_cpu_seconds()
-    own, start = own_cpu_seconds(), time.perf_counter()
+    window = LoadWindow.open()
     processes = [_start(spec, wait) for spec in specs]
     try:
         if wait:
@@ -102,12 +122,9 @@ def run_trials(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    capacity = (time.perf_counter() - start) * (os.cpu_count() or 1)
-    busy_now, steal_now = machine_cpu_seconds()
-    other = busy_now - busy - (own_cpu_seconds() - own)
+    load, steal = window.shares()
     for result in results:
-        result["other_load"] = max(0.0, other) / capacity
-        result["steal"] = (steal_now - steal) / capacity
+        result["other_load"], result["steal"] = load, steal
     if wait:
         starts = [r["window_start"] for r in results]
         ends = [r["window_end"] for r in results]

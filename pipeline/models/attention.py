@@ -234,17 +234,19 @@ class StepReader:
     """
 
     def __init__(self, values: torch.Tensor):
-        # (B, S, H), contiguous once: the encoder's outputs are time-major underneath,
-        # and each step's bmm would otherwise copy them again
-        self.values = values.detach().contiguous()
+        self.values = values.detach()  # (B, S, H), contiguous (start)
         self.values_t = self.values.transpose(1, 2).contiguous()  # (B, H, S)
         self.weights: list[torch.Tensor] = []  # a_i, filled by read()
 
     @classmethod
     def start(cls, values: torch.Tensor, steps: int) -> tuple[StepReader, tuple[torch.Tensor]]:
         """A reader of ``values`` (B, S, H) and one anchor per step (the caller keeps them)."""
-        if torch.is_autocast_enabled(values.device.type):
-            values = values.to(torch.get_autocast_dtype(values.device.type))
+        device = values.device.type
+        autocast = torch.is_autocast_enabled(device)
+        dtype = torch.get_autocast_dtype(device) if autocast else values.dtype
+        # cast and made contiguous in one pass: the encoder's outputs are time-major
+        # underneath, and each step's bmm would otherwise copy them again
+        values = values.to(dtype, memory_format=torch.contiguous_format)
         reader = cls(values)
         shape = (values.size(0), steps, values.size(2))  # (B, T, H)
         return reader, step_anchors(reader, shape, 1, values)
