@@ -25,6 +25,7 @@ from pipeline.io import atomic_path, write_json, write_text
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.precision import resolve
 from pipeline.models.search import translate
+from pipeline.onednn import size_primitive_cache
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class DecodeResult:
 def decode_variant(spec: DecodeSpec, data: TokenizedData) -> DecodeResult:
     """Ray task: decode ``spec.split`` with the variant's best checkpoint. Reads no file:
     the checkpoint and the data arrive as arguments, the results go back to the driver."""
+    size_primitive_cache()  # bf16 decoding (evaluate.precision): one primitive per shape
     device = claim_device(spec.resources.gpus, spec.resources.cpus)
     loaded = load_checkpoint(
         f"{spec.variant_id}/{VariantFiles.CHECKPOINT}",

@@ -48,6 +48,7 @@ from pipeline.models.checkpoint import VocabInfo, atomic_torch_save, save_checkp
 from pipeline.models.precision import autocast, resolve
 from pipeline.models.search import translate
 from pipeline.models.seq2seq import Seq2Seq
+from pipeline.onednn import size_primitive_cache
 
 logger = logging.getLogger(__name__)
 
@@ -197,6 +198,7 @@ def train_variant(
     """Train ``variant`` on ``data`` (or the ``data/tok`` folder it names) into ``out_dir``;
     ``callback(row)`` after each evaluation, once its files in ``out_dir`` are written."""
     tune_allocator()  # large tensors reused from the heap, not mapped anew each step
+    size_primitive_cache()  # every bf16 product shape's oneDNN primitive kept, not rebuilt
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not isinstance(data, TokenizedData):
