@@ -5,7 +5,9 @@
 
 Trains one model per wiring at one thread on real training batches of several sizes
 (``--sizes``, target tokens per batch), a step of every size per round in a rotated order,
-so that all sizes are timed side by side under the same machine load. Every timed step
+so that all sizes are timed side by side under the same machine load. Each timed batch
+has had one untimed step first (``workloads.prebuild``), so that a step's time holds no
+oneDNN primitive building, which training does once per shape. Every timed step
 gives (seconds, target tokens, padded source + target positions); two least-squares fits
 split the time:
 
@@ -45,6 +47,7 @@ from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
 from pipeline.io import write_text
 from pipeline.models.precision import resolve
+from pipeline.onednn import size_primitive_cache
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ def measure(args: argparse.Namespace, wiring: str, ceiling: float) -> dict[str, 
     for index in range(args.warmup):
         for size in args.sizes:
             workloads.training_step(model, optimizer, batches[size][index], args.precision)
+    for size in args.sizes:  # the timed batches' oneDNN primitives, built untimed
+        workloads.prebuild(model, optimizer, batches[size][args.warmup :], args.precision)
     samples = []
     window = LoadWindow.open()
     for round_ in range(args.rounds):
@@ -161,6 +166,7 @@ def render(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     tune_allocator()  # as training does
+    size_primitive_cache()  # as training does (pipeline.onednn)
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--scorer", default="additive")
     cli.add_argument("--wirings", nargs="+", default=["luong", "bahdanau"],

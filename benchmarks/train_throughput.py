@@ -24,6 +24,7 @@ from benchmarks import workloads
 from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
 from pipeline.models.precision import PRECISIONS, resolve
+from pipeline.onednn import size_primitive_cache
 
 CASES = [
     ("none", "luong", False),
@@ -35,6 +36,7 @@ CASES = [
 
 def main() -> None:
     tune_allocator()  # as training does (pipeline.allocator); ATTENTION_STUDY_MALLOC=default: off
+    size_primitive_cache()  # as training does (pipeline.onednn)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per case")

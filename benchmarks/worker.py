@@ -27,6 +27,7 @@ import torch
 from benchmarks import workloads
 from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
+from pipeline.onednn import size_primitive_cache
 
 logger = logging.getLogger("benchmarks.worker")
 
@@ -152,6 +153,7 @@ def main() -> None:
     # the pipeline's allocator settings (pipeline.allocator) for every implementation,
     # the reference included; "allocator": "default" keeps glibc's (benchmarks.allocator)
     tuned = spec.get("allocator", "tuned") == "tuned" and tune_allocator()
+    size_primitive_cache()  # as training and decoding do (pipeline.onednn)
     result = KINDS[spec["kind"]](spec)
     system_seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     result.update(threads=threads, peak_rss_mib=peak_rss_mib(), allocator_tuned=tuned,

@@ -104,6 +104,24 @@ def training_step(
     return tokens
 
 
+def prebuild(
+    model: nn.Module, optimizer: torch.optim.Optimizer, batches: list[Batch], precision: str
+) -> None:
+    """One untimed training step on each of ``batches``, so that the timed steps on them
+    find their shapes' oneDNN primitives built.
+
+    bf16 products build a oneDNN primitive per shape, 1.1 ms each on average, and a
+    batch of new shapes needs about 15 (594 for the first 40 batches of epoch 1, additive
+    h256, 1000 tokens): a benchmark that times each batch on first sight charges every
+    step for building that training does once per shape per process (2,799 primitives
+    in its first 1,800 steps, about 1.5 a step: pipeline.onednn). After this pass the
+    timings measure what training does at almost every step. Float32 products (the
+    reference) build nothing; the extra steps only change the weights the timed steps
+    start from."""
+    for batch in batches:
+        training_step(model, optimizer, batch, precision)
+
+
 def time_training(
     model: nn.Module,
     config: ModelConfig,
@@ -119,7 +137,8 @@ def time_training(
 ) -> dict:
     """Train ``warmup`` untimed steps (at least one: its matmul FLOPs are counted by
     torch's ``FlopCounterMode``, a check of ``benchmarks.flops`` and, for the reference,
-    what it executes), call ``before_timing`` (a start barrier), then time
+    what it executes), then one untimed step on each batch that will be timed (see
+    :func:`prebuild`), call ``before_timing`` (a start barrier), then time
     ``steps`` steps, or as many as start within ``window_seconds`` when that is set.
     Timed steps cycle through ``batches[warmup:]``. Only the steps themselves are timed."""
     optimizer = make_optimizer(implementation, model)
@@ -131,6 +150,7 @@ def time_training(
     }
     for index in range(1, warmup):
         training_step(model, optimizer, batches[index % len(batches)], precision)
+    prebuild(model, optimizer, batches[warmup:], precision)
     if before_timing is not None:
         before_timing()
     tokens, flops, seconds, count = 0, 0, 0.0, 0

@@ -15,8 +15,8 @@ resolves to bf16. A primitive is rebuilt bit for bit the same, so the setting ch
 speed and memory only, never a number.
 
 oneDNN reads the variable once, when the process builds its first primitive: call
-:func:`size_primitive_cache` before any bf16 product (training and decoding do, first
-thing). A value the user exported is left as it is.
+:func:`size_primitive_cache` before any bf16 product (training, decoding and the
+``precision: auto`` probe do, first thing). A value the user exported is left as it is.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from pipeline.onednn import size_primitive_cache
+
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -84,6 +86,7 @@ def cpu_bf16_speedup() -> float:
     CPU (0.0 when the CPU has no bf16 instructions: nothing is timed)."""
     if not cpu_has_bf16_instructions():
         return 0.0
+    size_primitive_cache()  # the probe's bf16 product may be the process's first
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread, as a trial has: the same answer in every process
     try:
