@@ -159,7 +159,9 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
             text=True,
         )  # fmt: skip
     for run in runs:
-        stdout, stderr = run.pop("process").communicate()
+        process = run.pop("process")
+        stdout, stderr = process.communicate()
+        returncode = process.returncode
         if run["kind"] == "ours":
             lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
             rows = [x.get("row") or x["probe"] for x in lines if "row" in x or "probe" in x]
@@ -171,13 +173,18 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
             ]  # fmt: skip
             run.update(next((x for x in lines if "steps" in x), {}))
         else:
-            with open(run["out"] / "curve.csv") as handle:
-                run["curve"] = [
-                    {k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)
-                ]
+            curve_file = run["out"] / "curve.csv"
+            run["curve"] = []
+            if curve_file.is_file():
+                with open(curve_file) as handle:
+                    run["curve"] = [
+                        {k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)
+                    ]
             run["out"] = str(run["out"])
-        if not run["curve"]:
-            raise RuntimeError(f"{run['name']}: no dev evaluation ({stderr.strip()[-800:]})")
+        if not run["curve"]:  # recorded, and the other runs go on: their minutes are kept
+            run["error"] = f"no dev evaluation (exit {returncode}): {stderr.strip()[-800:]}"
+            logger.error("%s: %s", run["name"], run["error"])
+            continue
         logger.info("%s: %d points", run["name"], len(run["curve"]))
 
 
@@ -331,6 +338,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if not (ROOT / "data" / "tok" / "train.npz").is_file():
         sys.exit("error: data/tok: no tokenized corpus (run `dvc repro tokenize`)")
+    raw = [ROOT / "data" / "raw" / f"{name}.tsv" for name in ("train", "dev")]
+    missing = [str(path.relative_to(ROOT)) for path in raw if not path.is_file()]
+    if missing and not args.no_peer:  # found now, not after the first pairs' minutes
+        sys.exit(f"error: {missing[0]}: missing; the JoeyNMT peer trains on the raw split "
+                 "(run `dvc repro fetch`, or pass --no-peer)")  # fmt: skip
     sets = parse_sets(args.set)
     scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
     with contextlib.ExitStack() as stack:
@@ -342,26 +354,29 @@ def main(argv: list[str] | None = None) -> None:
         runs = plan_runs(args, sets, tree, scratch)
         idle = other_load(1.0)
         started = time.time()
+        targets = {s: third_epoch_bleu(v) for s, v in MODELS.items()}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         for start in range(0, len(runs), 2):
             _run_pair(runs[start : start + 2])
-    targets = {s: third_epoch_bleu(v) for s, v in MODELS.items()}
-    for run in runs:
-        run.pop("command", None)
-    summarize(runs, targets)
-    results = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "cpu": cpu_model(),
-        "minutes_per_run": args.minutes,
-        "command": "python -m benchmarks.time_to_quality " + " ".join(argv or sys.argv[1:]),
-        "sets": sets,
-        "other_load_before": round(idle, 3),
-        "wall_minutes": round((time.time() - started) / 60, 1),
-        "targets": targets,
-        "runs": runs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    save(results, args.out)
+            done = [{k: v for k, v in r.items() if k != "command"} for r in runs[: start + 2]]
+            summarize(done, targets)
+            results = {
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+                "cpu": cpu_model(),
+                "minutes_per_run": args.minutes,
+                "command": "python -m benchmarks.time_to_quality " + " ".join(argv or sys.argv[1:]),
+                "sets": sets,
+                "other_load_before": round(idle, 3),
+                "wall_minutes": round((time.time() - started) / 60, 1),
+                "targets": targets,
+                "complete": start + 2 >= len(runs),
+                "runs": done,
+            }
+            save(results, args.out)  # after every pair: a later failure loses nothing
     print(render(results))
+    failed = [r["name"] for r in results["runs"] if r.get("error")]
+    if failed:
+        sys.exit(f"error: {', '.join(failed)}: no dev evaluation (see {args.out}.md)")
 
 
 def summarize(runs: list[dict[str, Any]], targets: dict[str, float | None]) -> None:
@@ -374,7 +389,7 @@ def summarize(runs: list[dict[str, Any]], targets: dict[str, float | None]) -> N
         run["minutes_to_target"] = time_to(run["curve"], target) if target else None
         run["minutes_to_target_trend"] = trend_time_to(run["curve"], target) if target else None
         run["minutes_to_bleu8"] = time_to(run["curve"], PEER_BLEU)
-    peer = next((r for r in runs if r["kind"] == "peer"), None)
+    peer = next((r for r in runs if r["kind"] == "peer" and r["curve"]), None)
     for run in runs:
         if peer is not None and run["kind"] == "ours" and run["name"].startswith("additive"):
             run["peer_speedup_bleu8"] = speedup(peer["curve"], run["curve"], PEER_BLEU)
@@ -411,6 +426,9 @@ def render(results: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for run in results["runs"]:
+        if run.get("error"):
+            lines.append(f"| {run['name']} | failed: {run['error'][:200]} | | | | | |")
+            continue
         tokens = run.get("tokens_per_s") or (run["curve"][-1].get("target_tokens_per_s"))
         best = max(p["dev_bleu"] for p in run["curve"])
         lines.append(

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import torch
 
-from benchmarks.time_to_quality import crossing_bracket, probed, speedup, time_to, trend_time_to
+from benchmarks.time_to_quality import (
+    _run_pair,
+    crossing_bracket,
+    probed,
+    render,
+    speedup,
+    summarize,
+    time_to,
+    trend_time_to,
+)
 from pipeline import training
 from pipeline.config import TrainConfig
 from pipeline.grid import Variant
@@ -103,3 +113,25 @@ def test_probe_time_is_off_the_trainer_clock(tiny_tok_dir, tiny_model_config, tm
     # three probes' sleeps are off the clock; the evaluation's one is on it
     assert elapsed - result.wall_time_s >= 3 * probe_seconds
     assert result.wall_time_s >= probe_seconds
+
+
+def test_a_failed_run_is_recorded_and_its_partner_kept(tmp_path):
+    """A run without a curve (here the peer, exiting at once) is reported with its error;
+    the run beside it keeps its curve, and the table shows both."""
+    row = {"wall_time": 90.0, "epoch": 1, "step": 250, "dev_bleu": 18.5, "tokens_per_s": 6000.0}
+    ours = {"name": "additive-defaults", "kind": "ours", "command": [
+        sys.executable, "-c", f"print({json.dumps(json.dumps({'row': row}))})"]}  # fmt: skip
+    peer = {"name": "joeynmt", "kind": "peer", "out": tmp_path / "joeynmt", "command": [
+        sys.executable, "-c", "import sys; sys.exit('data/raw/train.tsv: missing')"]}  # fmt: skip
+    _run_pair([ours, peer])
+    assert ours["curve"] == [{"minutes": 1.5, "epoch": 1, "step": 250, "dev_bleu": 18.5,
+                              "tokens_per_s": 6000.0}]  # fmt: skip
+    assert "error" not in ours
+    assert peer["curve"] == [] and "data/raw/train.tsv: missing" in peer["error"]
+    runs = [ours, peer]
+    summarize(runs, {"additive": 17.82, "none": 2.33})
+    assert ours["minutes_to_target"] == 1.5 and "peer_speedup_bleu8" not in ours
+    table = render({"date": "d", "cpu": "c", "minutes_per_run": 1, "other_load_before": 0.0,
+                    "runs": runs})  # fmt: skip
+    assert "| additive-defaults | 17.82 | 1.5 |" in table
+    assert "| joeynmt | failed: no dev evaluation (exit 1): data/raw/train.tsv: missing" in table
