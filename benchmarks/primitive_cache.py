@@ -43,14 +43,14 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
     from benchmarks import workloads
     from pipeline.allocator import tune_allocator
-    from pipeline.config import ModelConfig, TrainConfig
+    from pipeline.config import ModelConfig, load_config
     from pipeline.data.batching import epoch_batches, make_batch
     from pipeline.data.tokenized import TokenizedSplit
 
     tune_allocator()
     torch.set_num_threads(1)
     split = TokenizedSplit.load(Path(spec["tok_dir"]) / "train.npz")
-    train = TrainConfig()
+    train = load_config(ROOT / "params.yaml").train  # the study's batches and curriculum
     order: list = []
     epoch = 1
     while len(order) < spec["steps"]:
