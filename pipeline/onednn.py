@@ -6,13 +6,16 @@ a primitive for each distinct shape and layout and keeps the last 1024 in an LRU
 training additive h256 at 1000-token batches met 2,799 distinct primitives in its first
 1,800 steps (``ONEDNN_VERBOSE=profile_create``), so with 1024 slots the cache evicts
 primitives before their shapes come round again and rebuilds them, at about 1 ms each
-(the 1000 x 256 by 256 x 768 product took 2.9 ms to build and 0.25 ms to run). With
-room for all of them the same 1,800 steps took 216.9 s instead of 254.7 s (1.17x, two
-runs side by side on a 2-core AMX Xeon; docs/benchmarks.md, "oneDNN's primitive cache").
+(10,430 builds in those steps at the default size; the 1000 x 256 by 256 x 768
+product took 2.9 ms in a step that met its shape first, 0.25 ms once built). With room
+for all of them the same 1,800 steps took 260.9 s instead of 313.8 s (1.20x, both at
+once on a 2-core AMX Xeon: ``python -m benchmarks.primitive_cache``; docs/benchmarks.md,
+"oneDNN's primitive cache").
 
 Float32 products go to MKL and build nothing, so this matters where ``precision``
 resolves to bf16. A primitive is rebuilt bit for bit the same, so the setting changes
-speed and memory only, never a number.
+speed and memory only, never a number: the sized run held about 300 MiB more at its
+peak (2605 against 2297 MiB).
 
 oneDNN reads the variable once, when the process builds its first primitive: call
 :func:`size_primitive_cache` before any bf16 product (training, decoding and the
