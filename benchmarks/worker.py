@@ -17,6 +17,7 @@ import logging
 import os
 import resource
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from benchmarks import workloads
+from benchmarks.trials import ROOT
 from pipeline.allocator import tune_allocator
 from pipeline.config import ModelConfig
 from pipeline.onednn import size_primitive_cache
@@ -136,9 +138,44 @@ def load_trained(spec: dict[str, Any], config: ModelConfig):
     return model, "untrained (random weights; no checkpoint)"
 
 
+def run_train_order(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec["steps"]`` steps in training's own order: params.yaml's batches and
+    curriculum, epoch after epoch, each batch built when its step comes (as the trainer
+    does), timed in windows of ``spec["window"]`` steps (``benchmarks.primitive_cache``)."""
+    from pipeline.config import load_config
+    from pipeline.data.batching import epoch_batches, make_batch
+    from pipeline.data.tokenized import TokenizedSplit
+
+    split = TokenizedSplit.load(Path(spec["tok_dir"]) / "train.npz")
+    train = load_config(ROOT / "params.yaml").train
+    order: list = []
+    epoch = 1
+    while len(order) < spec["steps"]:
+        order += epoch_batches(split, train.batch_tokens, seed=train.seed, epoch=epoch,
+                               curriculum_steps=train.curriculum_steps)  # fmt: skip
+        epoch += 1
+    model = workloads.build_model("pipeline", model_config(spec), workloads.VOCAB_SIZE)
+    optimizer = workloads.make_optimizer("pipeline", model)
+    wait = barrier(spec)
+    if wait is not None:
+        wait()
+    windows, tokens, window_start = [], 0, time.time()
+    start = first = time.perf_counter()
+    for step in range(spec["steps"]):
+        batch = make_batch(split, order[step])
+        tokens += workloads.training_step(model, optimizer, batch, spec["precision"])
+        if (step + 1) % spec["window"] == 0 or step + 1 == spec["steps"]:
+            now = time.perf_counter()
+            windows.append({"steps": step + 1, "seconds": now - start, "tokens": tokens})
+            start, tokens = now, 0
+    return {"seconds": time.perf_counter() - first, "windows": windows,
+            "window_start": window_start, "window_end": time.time()}  # fmt: skip
+
+
 KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "matmul": run_matmul,
     "train": run_train,
+    "train_order": run_train_order,
     "decode": run_decode,
 }
 """Spec ``kind`` -> the function that runs it and returns its numbers."""
