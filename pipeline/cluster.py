@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ray
 from tqdm import tqdm
 
-from pipeline.errors import StageError
+from pipeline.devices import (  # noqa: F401  (re-exported: the cluster's vocabulary)
+    ClusterError,
+    GpuUnavailableError,
+    TaskResources,
+    claim_device,
+    device_for,
+)
 from pipeline.infra import RayConfig
 
 logger = logging.getLogger(__name__)
@@ -38,42 +42,8 @@ DEFAULT_STORAGE = ".ray_results"
 local run); a cluster sets a path every node sees, or an ``s3://``/``gs://`` URI."""
 
 
-class ClusterError(StageError):
-    """The Ray cluster cannot run the work as configured (one-line message)."""
-
-
 class TasksFailedError(ClusterError):
     """Some Ray tasks raised; the message names each key and its underlying exception."""
-
-
-class GpuUnavailableError(ClusterError):
-    """A trial or task was given a GPU by Ray, but torch on its node cannot use CUDA."""
-
-
-@dataclass(frozen=True)
-class TaskResources:
-    """What one trial or decode task reserves on the cluster."""
-
-    cpus: float = 1.0
-    gpus: float = 0.0
-    custom: Mapping[str, float] = field(default_factory=dict)
-
-    @staticmethod
-    def from_config(config: RayConfig) -> TaskResources:
-        return TaskResources(
-            config.cpus_per_trial, config.gpus_per_trial, dict(config.resources_per_trial)
-        )
-
-    def ray_options(self) -> dict[str, Any]:
-        """Keyword arguments of ``ray.remote``/``.options``."""
-        options: dict[str, Any] = {"num_cpus": self.cpus, "num_gpus": self.gpus}
-        if self.custom:
-            options["resources"] = dict(self.custom)
-        return options
-
-    def tune_resources(self) -> dict[str, float]:
-        """The resource dict of ``tune.with_resources``."""
-        return {"cpu": self.cpus, "gpu": self.gpus, **self.custom}
 
 
 # -------------------------------------------------------------------- settings
@@ -146,35 +116,6 @@ def _check_resources(config: RayConfig, local: bool) -> None:
 
 
 # ------------------------------------------------------------ inside workers
-def device_for(gpus: float) -> str:
-    """``cuda`` for work given a GPU, else ``cpu``. Work given a GPU never falls back to
-    the CPU: without CUDA it raises :class:`GpuUnavailableError` naming this node."""
-    if gpus <= 0:
-        return "cpu"
-    import torch
-
-    if not torch.cuda.is_available():
-        raise GpuUnavailableError(
-            f"ray.gpus_per_trial is {gpus:g} but torch {torch.__version__} on node "
-            f"{platform.node()} cannot use CUDA (install a CUDA build of torch on GPU "
-            "nodes, see README)"
-        )
-    return "cuda"
-
-
-def claim_device(gpus: float, threads: float) -> str:
-    """Set torch up for the resources Ray gave this trial or task; returns its device
-    (:func:`device_for`). A fractional GPU caps this process's share of its memory, so
-    trials packed on one GPU cannot starve each other."""
-    import torch
-
-    torch.set_num_threads(max(1, int(threads)))
-    device = device_for(gpus)
-    if device == "cuda" and gpus < 1:
-        torch.cuda.set_per_process_memory_fraction(gpus)
-    return device
-
-
 def node_id() -> str:
     """The Ray node this process runs on (recorded with each trained variant)."""
     return ray.get_runtime_context().get_node_id()

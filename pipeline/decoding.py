@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts import EvalFiles, VariantFiles
-from pipeline.cluster import TaskResources, claim_device
 from pipeline.config import EvaluateConfig
 from pipeline.data.split import length_bucket
 from pipeline.data.tokenized import TokenizedData
+from pipeline.devices import TaskResources, claim_device
 from pipeline.evaluation import attention_entropy, monotonicity_gap
 from pipeline.io import atomic_path, write_json, write_text
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
