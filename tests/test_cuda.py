@@ -153,11 +153,10 @@ def test_a_fractional_gpu_caps_the_process_memory():
             print("not capped")
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "capped", out.stderr
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "capped", out.stderr
 
 
 def test_claim_device_gives_cuda_for_a_whole_gpu():

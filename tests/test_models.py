@@ -294,3 +294,23 @@ def test_unigram_output_bias_lowers_the_untrained_loss(tiny_model_config):
         losses[bias] = total.item() / tokens
     assert losses["uniform"] == pytest.approx(np.log(VOCAB), abs=0.2)
     assert losses["unigram"] < losses["uniform"] - 0.2
+
+
+def test_fp32_cast_keeps_a_packed_sequence_packed():
+    """The cast the recurrences take under CUDA autocast (pipeline/models/rnn.py) keeps a
+    PackedSequence a PackedSequence with integer batch sizes (a GPU run of an LSTM or
+    bidirectional encoder under bf16 crashed before: tests/test_cuda.py)."""
+    from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+    from pipeline.models.rnn import _fp32
+
+    padded = torch.randn(3, 4, 2, dtype=torch.bfloat16)
+    packed = pack_padded_sequence(padded, torch.tensor([4, 2, 3]), batch_first=True,
+                                  enforce_sorted=False)  # fmt: skip
+    cast = _fp32(packed)
+    assert isinstance(cast, PackedSequence) and cast.data.dtype == torch.float32
+    assert cast.batch_sizes.dtype == torch.int64
+    assert torch.equal(cast.batch_sizes, packed.batch_sizes)
+    assert torch.equal(cast.sorted_indices, packed.sorted_indices)
+    hidden = (torch.zeros(1, 3, 2, dtype=torch.bfloat16),) * 2
+    assert [h.dtype for h in _fp32(hidden)] == [torch.float32, torch.float32]

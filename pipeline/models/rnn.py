@@ -22,8 +22,13 @@ def runs_outside_autocast(inputs: torch.Tensor | PackedSequence) -> bool:
 
 
 def _fp32(value):
+    """``value`` in float32: a tensor, an LSTM's ``(h, c)``, or a PackedSequence (its data
+    only: its batch sizes and sort indices stay integers, and it stays a PackedSequence,
+    which is itself a tuple)."""
     if value is None:
         return None
+    if isinstance(value, PackedSequence):
+        return value._replace(data=value.data.float())
     if isinstance(value, tuple):
         return tuple(v.float() for v in value)
     return value.float()
