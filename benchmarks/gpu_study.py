@@ -54,11 +54,11 @@ def run_variant(scorer: str, batch_tokens: int, args, data: TokenizedData, refs,
     overrides = {
         "time_budget_minutes": args.minutes,
         "batch_tokens": batch_tokens,
-        "precision": resolve(config.train.precision, device),
+        "precision": resolve(args.precision or config.train.precision, device),
         "max_epochs": 1000,
     }
     train = type(config.train).model_validate({**config.train.model_dump(), **overrides})
-    name = f"{scorer}-fwd-h{args.hidden}-bt{batch_tokens}"
+    name = f"{scorer}-fwd-h{args.hidden}-bt{batch_tokens}-{overrides['precision']}"
     variant = Variant(name, model, train, {"scorer": scorer})
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument(
+        "--precision", choices=["auto", "fp32", "bf16"], help="default: train.precision"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
