@@ -72,6 +72,8 @@ BASE = [_row("none", bleu=9.0), _row("additive", bleu=18.0), _row("general", ble
         ([12.0, 12.5, 13.0, 7.0], [18.0, 19.0, 18.5, 15.0], "disagrees"),  # none rises
         ([12.0, 11.5, 10.0, 7.0], [18.0, 19.0, 18.5, 15.0], "inconclusive"),  # -17%, overlap
         ([12.0, 10.5, 9.0, 7.0], [20.0, 17.0, 14.0, 12.0], "disagrees"),  # both fall
+        # attention -12% but its intervals overlap: not evidence against flatness
+        ([12.0, 10.5, 9.0, 7.0], [15.0, 14.0, 13.2, 12.0], "inconclusive"),
     ],
 )
 def test_length_effect_verdicts(none_curve, additive_curve, verdict):
