@@ -29,12 +29,12 @@ from typing import Any
 import torch
 from sacrebleu.metrics import BLEU
 
-from pipeline.config import load_config
+from benchmarks.workloads import study_variant
+from pipeline.config import Config, load_config
 from pipeline.data.fetch import read_tsv_pairs
 from pipeline.data.tokenized import TokenizedData
 from pipeline.decoding import DecodeSpec, decode_variant
 from pipeline.devices import TaskResources, claim_device
-from pipeline.grid import Variant
 from pipeline.io import write_json, write_text
 from pipeline.models.precision import resolve
 from pipeline.training import train_variant
@@ -44,26 +44,21 @@ SCORERS = ["none", "dot", "scaled_dot", "general", "additive", "location"]
 logger = logging.getLogger("benchmarks.gpu_study")
 
 
-def run_variant(scorer: str, batch_tokens: int, args, data: TokenizedData, refs, work: Path):
-    config = load_config(ROOT / "params.yaml")
+def run_variant(
+    scorer: str, batch_tokens: int, args, config: Config, data: TokenizedData, refs, work: Path
+):
     gpus = 1.0 if args.device == "cuda" else 0.0
     device = claim_device(gpus, args.cpus)
-    model = config.model.model_validate(
-        {**config.model.model_dump(), "scorer": scorer, "hidden_size": args.hidden}
-    )
-    overrides = {
-        "time_budget_minutes": args.minutes,
-        "batch_tokens": batch_tokens,
-        "precision": resolve(args.precision or config.train.precision, device),
-        "max_epochs": 1000,
-    }
-    train = type(config.train).model_validate({**config.train.model_dump(), **overrides})
-    name = f"{scorer}-fwd-h{args.hidden}-bt{batch_tokens}-{overrides['precision']}"
-    variant = Variant(name, model, train, {"scorer": scorer})
-    if device == "cuda":
+    precision = resolve(args.precision or config.train.precision, device)
+    name = f"{scorer}-fwd-h{args.hidden}-bt{batch_tokens}-{precision}"
+    overrides = {"scorer": scorer, "hidden_size": args.hidden, "batch_tokens": batch_tokens,
+                 "time_budget_minutes": args.minutes, "precision": precision,
+                 "max_epochs": 1000}  # fmt: skip
+    variant = study_variant(config, name, {"scorer": scorer}, overrides)
+    cuda = device == "cuda"
+    if cuda:
         torch.cuda.reset_peak_memory_stats()
     result = train_variant(variant, data, work / name, device=device, resume=False)
-    cuda = device == "cuda"
     train_peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     train_reserved = torch.cuda.max_memory_reserved() / 2**20 if cuda else None
 
@@ -150,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
+    config = load_config(ROOT / "params.yaml")
     data = TokenizedData.load(ROOT / "data" / "tok")
     refs = [t for _, t in read_tsv_pairs(ROOT / "data" / "raw" / "test.tsv")]
     if len(refs) != len(data.split("test")):
@@ -171,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="gpu-study-") as folder:
         for batch_tokens in args.batch_tokens:
             for scorer in args.scorers:
-                row = run_variant(scorer, batch_tokens, args, data, refs, Path(folder))
+                row = run_variant(scorer, batch_tokens, args, config, data, refs, Path(folder))
                 results["rows"].append(row)
                 write_json(args.out / "gpu_study.json", results)  # kept if a later run fails
     results["total_minutes"] = (time.perf_counter() - start) / 60

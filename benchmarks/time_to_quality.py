@@ -61,26 +61,23 @@ def worker(spec: dict[str, Any]) -> None:
     """One run of our trainer at one thread; prints one JSON line per dev evaluation."""
     import torch
 
+    from benchmarks.workloads import study_variant
     from pipeline.config import load_config
-    from pipeline.grid import Variant
     from pipeline.models.precision import resolve
     from pipeline.training import train_variant
 
     torch.set_num_threads(1)
     config = load_config(ROOT / "params.yaml")
-    model_over, train_over = split_overrides(spec.get("overrides", {}))
-    model = config.model.model_validate(
-        {**config.model.model_dump(), "scorer": spec["scorer"], "hidden_size": 256, **model_over}
-    )
-    train = {
+    overrides = {
+        "scorer": spec["scorer"],
+        "hidden_size": 256,
         "max_epochs": 1000,
         "patience": 1000,
         "time_budget_minutes": spec["minutes"],
         "precision": resolve(config.train.precision, "cpu"),
-        **train_over,
+        **spec.get("overrides", {}),
     }
-    train_config = type(config.train).model_validate({**config.train.model_dump(), **train})
-    variant = Variant(spec["name"], model, train_config, {"scorer": spec["scorer"]})
+    variant = study_variant(config, spec["name"], {"scorer": spec["scorer"]}, overrides)
 
     def report(row: dict[str, Any]) -> None:
         print(json.dumps({"row": row}), flush=True)
@@ -253,6 +250,8 @@ def third_epoch_bleu(variant_id: str) -> float | None:
 
 
 def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
+    from benchmarks.workloads import split_overrides
+
     sets = {"defaults": {}}
     for value in values:
         name, _, assignments = value.partition(":")
@@ -262,7 +261,10 @@ def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
             overrides[key] = (
                 json.loads(raw) if raw[:1].isdigit() or raw in ("true", "false") else raw
             )
-        split_overrides(overrides)  # unknown keys fail here, before any run starts
+        try:  # unknown keys fail here, before any run starts
+            split_overrides(overrides)
+        except ValueError as error:
+            raise SystemExit(f"error: --set {name}: {error}") from None
         only = only_scorer(name)
         if only and only not in MODELS:
             raise SystemExit(f"error: --set {name}: scorer after @ must be one of {list(MODELS)}")
@@ -273,18 +275,6 @@ def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
 def only_scorer(set_name: str) -> str:
     """The scorer a ``--set name@scorer`` runs for ("" for every scorer)."""
     return set_name.partition("@")[2]
-
-
-def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``--set`` keys into ``model`` and ``train`` settings; an unknown key is an error."""
-    from pipeline.config import ModelConfig, TrainConfig
-
-    model = {k: v for k, v in overrides.items() if k in ModelConfig.model_fields}
-    train = {k: v for k, v in overrides.items() if k in TrainConfig.model_fields}
-    unknown = sorted(set(overrides) - set(model) - set(train))
-    if unknown:
-        raise SystemExit(f"error: --set: unknown model/train keys: {', '.join(unknown)}")
-    return model, train
 
 
 def plan_runs(args, sets: dict[str, dict[str, Any]], tree: Path | None, scratch: Path):
