@@ -345,23 +345,25 @@ def main(argv: list[str] | None = None) -> None:
         idle = other_load(1.0)
         started = time.time()
         targets = {s: third_epoch_bleu(v) for s, v in MODELS.items()}
+        results = {
+            "cpu": cpu_model(),
+            "minutes_per_run": args.minutes,
+            "command": "python -m benchmarks.time_to_quality " + " ".join(argv or sys.argv[1:]),
+            "sets": sets,
+            "other_load_before": round(idle, 3),
+            "targets": targets,
+        }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         for start in range(0, len(runs), 2):
             _run_pair(runs[start : start + 2])
             done = [{k: v for k, v in r.items() if k != "command"} for r in runs[: start + 2]]
             summarize(done, targets)
-            results = {
-                "date": time.strftime("%Y-%m-%d %H:%M"),
-                "cpu": cpu_model(),
-                "minutes_per_run": args.minutes,
-                "command": "python -m benchmarks.time_to_quality " + " ".join(argv or sys.argv[1:]),
-                "sets": sets,
-                "other_load_before": round(idle, 3),
-                "wall_minutes": round((time.time() - started) / 60, 1),
-                "targets": targets,
-                "complete": start + 2 >= len(runs),
-                "runs": done,
-            }
+            results.update(
+                date=time.strftime("%Y-%m-%d %H:%M"),
+                wall_minutes=round((time.time() - started) / 60, 1),
+                complete=start + 2 >= len(runs),
+                runs=done,
+            )
             save(results, args.out)  # after every pair: a later failure loses nothing
     print(render(results))
     failed = [r["name"] for r in results["runs"] if r.get("error")]
