@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from pipeline.config import ModelConfig
+from pipeline.config import ModelConfig, TrainConfig
 from pipeline.data.tokenized import TokenizedSplit
+from pipeline.grid import Variant
 
 # =============================================================================
 # Model / search / training fixtures (tests/test_attention, test_models, test_search,
@@ -84,6 +85,21 @@ def tiny_model_config() -> Callable[..., ModelConfig]:
     def make(**overrides) -> ModelConfig:
         values = {"embedding_size": 16, "hidden_size": 32, "dropout": 0.0, **overrides}
         return ModelConfig(**values)
+
+    return make
+
+
+@pytest.fixture
+def make_variant(tiny_model_config) -> Callable[..., Variant]:
+    """Factory of tiny trainable Variants (``<scorer>-rev-h32-s<seed>``) for
+    ``tiny_tok_dir``; keyword arguments override the train settings."""
+
+    def make(scorer: str = "additive", **train) -> Variant:
+        model = tiny_model_config(scorer=scorer, dropout=0.1, reverse_source=True)
+        values = {"batch_tokens": 60, "learning_rate": 0.01, "max_epochs": 3, "patience": 5,
+                  "early_stopping_metric": "loss", "dev_bleu_sentences": 8, **train}  # fmt: skip
+        config = TrainConfig(**values)
+        return Variant(f"{scorer}-rev-h32-s{config.seed}", model, config, {"scorer": scorer})
 
     return make
 

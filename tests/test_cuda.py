@@ -18,12 +18,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.config import EvaluateConfig, TrainConfig
+from pipeline.config import EvaluateConfig
 from pipeline.data.batching import make_batch
 from pipeline.data.tokenized import TokenizedData, TokenizedSplit
 from pipeline.decoding import DecodeSpec, decode_variant
 from pipeline.devices import TaskResources, claim_device
-from pipeline.grid import Variant
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.precision import autocast, resolve
 from pipeline.models.rnn import GRU, LSTM
@@ -171,22 +170,14 @@ class Interrupted(Exception):
     pass
 
 
-def _variant(tiny_model_config, **train) -> Variant:
-    model = tiny_model_config(scorer="additive", dropout=0.1, reverse_source=True)
-    values = {"batch_tokens": 60, "learning_rate": 0.01, "max_epochs": 3, "patience": 5,
-              "early_stopping_metric": "loss", "dev_bleu_sentences": 8, "precision": "fp32",
-              **train}  # fmt: skip
-    return Variant("additive-rev-h32-s1", model, TrainConfig(**values), {"scorer": "additive"})
-
-
 def test_training_on_cuda_resumes_and_its_checkpoint_loads_on_the_cpu(
-    tiny_model_config, tiny_tok_dir, tmp_path
+    make_variant, tiny_tok_dir, tmp_path
 ):
     """A run interrupted in epoch 2 resumes on the GPU where it stopped (the CUDA RNG state
     restored with the rest) and ends where the uninterrupted run ends, to the GPU's
     non-deterministic summation order; its checkpoint loads on a CPU-only reader and
     gives the GPU's loss."""
-    variant = _variant(tiny_model_config)
+    variant = make_variant("additive", precision="fp32")
     reference = train_variant(variant, tiny_tok_dir, tmp_path / "reference", device="cuda")
     seen = []
 
@@ -227,10 +218,10 @@ def restore_threads():
 
 
 @pytest.mark.usefixtures("restore_threads")
-def test_decoding_on_a_gpu_gives_the_cpu_translations(tiny_model_config, tiny_tok_dir, tmp_path):
+def test_decoding_on_a_gpu_gives_the_cpu_translations(make_variant, tiny_tok_dir, tmp_path):
     """decode_variant given a GPU (as a Ray decode task would be) decodes on CUDA and
     returns the CPU's beam-search translations and attention examples."""
-    variant = _variant(tiny_model_config, max_epochs=2)
+    variant = make_variant("additive", precision="fp32", max_epochs=2)
     train_variant(variant, tiny_tok_dir, tmp_path, device="cuda")
     data = TokenizedData.load(tiny_tok_dir)
     checkpoint = (tmp_path / "checkpoint.pt").read_bytes()

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from pipeline import training
-from pipeline.config import TrainConfig
 from pipeline.data.tokenized import TokenizedData
 from pipeline.grid import Variant
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
@@ -20,18 +19,6 @@ from pipeline.training import HISTORY_FIELDS, Plateau, TrainingDivergedError, tr
 
 class Interrupted(Exception):
     """Stands in for a killed process."""
-
-
-@pytest.fixture
-def make_variant(tiny_model_config):
-    def make(scorer: str = "additive", **train) -> Variant:
-        model = tiny_model_config(scorer=scorer, dropout=0.1, reverse_source=True)
-        values = {"batch_tokens": 60, "learning_rate": 0.01, "max_epochs": 3, "patience": 5,
-                  "early_stopping_metric": "loss", "dev_bleu_sentences": 8, **train}  # fmt: skip
-        config = TrainConfig(**values)
-        return Variant(f"{scorer}-rev-h32-s{config.seed}", model, config, {"scorer": scorer})
-
-    return make
 
 
 def _weights(path) -> dict[str, torch.Tensor]:
