@@ -66,7 +66,10 @@ class DecoderState:
 class Bridge(nn.Module):
     """s_0 = tanh(W_s h_S) per layer (Bahdanau 2014 app. A.2.2, with the last encoder
     state, as Cho 2014, since the encoder is unidirectional by default); LSTM cell:
-    c_0 = W_c c_S (no squashing: a cell state is unbounded)."""
+    c_0 = W_c h_S (no squashing: a cell state is unbounded). The cell state starts from
+    the encoder's final *hidden* state, as in JoeyNMT (whose bridge gives h_0 and c_0 the
+    same projection of it), not from its final cell state: a padded encoder run
+    (``encoder.Encoder``) gives each sentence's h_S but not its c_S."""
 
     def __init__(self, hidden_size: int, lstm: bool):
         super().__init__()
@@ -75,7 +78,7 @@ class Bridge(nn.Module):
 
     def forward(self, encoded: EncoderOutput) -> DecoderState:
         hidden = torch.tanh(self.hidden(encoded.hidden))  # (L, B, H)
-        cell = None if self.cell is None else self.cell(encoded.cell)  # (L, B, H)
+        cell = None if self.cell is None else self.cell(encoded.hidden)  # (L, B, H)
         return DecoderState(hidden, cell)
 
 

@@ -2,9 +2,11 @@
 
 Padding never enters a recurrent state: the final state of each sentence is read after
 its own last token (the appended EOS), and outputs at padded positions are exactly zero.
-The default one-layer unidirectional GRU runs over the padded batch (padding follows the
-real tokens, so it cannot reach them) and gathers each final state; other encoders pack
-the batch (``pack_padded_sequence``), which is slower on CPU.
+A one-layer unidirectional encoder (the default) runs over the padded batch (padding
+follows the real tokens, so it cannot reach them) and gathers each sentence's final state
+from its outputs; other encoders pack the batch (``pack_padded_sequence``), which is slower
+on CPU. Only final hidden states leave the encoder: an LSTM's final cell states are not
+outputs, and the decoder's bridge does not read them (``decoder.Bridge``).
 
 A bidirectional encoder uses ``hidden_size // 2`` units per direction (as OpenNMT's
 ``brnn``), so its outputs and final state have ``hidden_size`` features like the
@@ -31,7 +33,6 @@ from pipeline.models.rnn import RNNS
 class EncoderOutput:
     outputs: torch.Tensor  # (B, S, H) top-layer outputs, zero at padded positions
     hidden: torch.Tensor  # (L, B, H) final hidden state per layer, directions concatenated
-    cell: torch.Tensor | None  # (L, B, H) final LSTM cell state (None for a GRU)
 
 
 class Encoder(nn.Module):
@@ -66,32 +67,32 @@ class Encoder(nn.Module):
         )
         self.dropout = Dropout(dropout)
         # Packing costs: on CPU its backward zero-fills an input-sized buffer once per
-        # time step (a fifth of a training step, docs/benchmarks.md). The padded run
+        # time step (a fifth of a training step, docs/benchmarks.md), and a packed LSTM
+        # misses oneDNN's fused LSTM (3.3x slower, docs/benchmarks.md). The padded run
         # gives identical results whenever the final state is the top layer's output.
-        self.padded = cell == "gru" and layers == 1 and not bidirectional
+        self.padded = layers == 1 and not bidirectional
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
         """src (B, S) long, src_lengths (B,) -> outputs (B, S, H) and final states."""
         embedded = self.dropout(self.embedding(src))  # (B, S, E)
         if self.padded:
-            (outputs, hidden), cell = self._run_padded(embedded, src_lengths), None
+            outputs, hidden = self._run_padded(embedded, src_lengths)
         else:
             packed = pack_padded_sequence(
                 embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
             )
             outputs, final = self.rnn(packed)
             outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
-            hidden, cell = final if isinstance(final, tuple) else (final, None)
+            hidden = final[0] if isinstance(final, tuple) else final  # an LSTM's (h, c): h
         return EncoderOutput(
             outputs=self.dropout(outputs),  # (B, S, H)
             hidden=self._merge_directions(hidden),
-            cell=None if cell is None else self._merge_directions(cell),
         )
 
     def _run_padded(self, embedded: torch.Tensor, lengths: torch.Tensor):
         """(B, S, E) -> outputs (B, S, H) zero after each sentence, final state (1, B, H)
         read at the sentence's own last token. Padding follows the real tokens, so a
-        one-layer unidirectional GRU never carries it into them."""
+        one-layer unidirectional RNN never carries it into them."""
         outputs, _ = self.rnn(embedded)  # (B, S, H)
         batch, steps = embedded.shape[:2]
         last = (lengths.to(outputs.device) - 1).clamp(min=0)  # (B,)
