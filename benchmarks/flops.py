@@ -8,15 +8,15 @@ tokens (the packed encoder skips padding), embedding ``E``, hidden ``H``, vocabu
 
 | component | FLOPs (forward) |
 |---|---|
-| encoder GRU | ``N_src * 2 * 3H * (E + H)`` |
-| bridge s_0 = tanh(W h_S) | ``B * 2 * H * H`` |
-| decoder GRU | ``Q * 2 * 3H * (I + H)``, ``I = E``; ``E + H`` (bahdanau, input feeding) |
+| encoder RNN | ``N_src * 2 * G H * (E + H)``, ``G`` gates: 3 (GRU), 4 (LSTM) |
+| bridge s_0 = tanh(W h_S) | ``B * 2 * H * H``; twice for an LSTM (c_0 = W_c h_S) |
+| decoder RNN | ``Q * 2 * G H * (I + H)``, ``I = E``; ``E + H`` (bahdanau, input feeding, the RNN Encoder-Decoder baseline) |
 | key projection (general, additive) | ``B * S * 2 * H * H``, once per batch |
 | scoring, dot / scaled_dot / general | ``Q * 2 * S * H`` |
 | scoring, additive | ``Q * (2 * H * H + 2 * S * H)`` (W_a q, then v_a . tanh(...)) |
 | scoring, location | ``Q * 2 * H * P``, ``P = LOCATION_MAX_POSITIONS`` (all rows computed) |
 | context sum_j a_j h_j | ``Q * 2 * S * H`` |
-| attentional layer | luong ``Q * 2 * 2H * H``; bahdanau readout ``Q * 2 * (E + 2H) * H`` |
+| attentional layer | luong ``Q * 2 * 2H * H``; bahdanau and RNN Encoder-Decoder readout ``Q * 2 * (E + 2H) * H`` |
 | vocabulary projection | ``Q * 2 * H * V`` |
 
 A training step (forward + backward) is counted as 3x the forward: the backward pass
@@ -54,9 +54,13 @@ class BatchShape:
         )
 
 
-def gru_flops(tokens: int, input_size: int, hidden_size: int) -> int:
-    """Input and recurrent products of a GRU (3 gates) over ``tokens`` positions."""
-    return tokens * 2 * 3 * hidden_size * (input_size + hidden_size)
+GATES = {"gru": 3, "lstm": 4}
+"""``ModelConfig.cell`` -> gates, each an input and a recurrent product per position."""
+
+
+def rnn_flops(tokens: int, input_size: int, hidden_size: int, cell: str = "gru") -> int:
+    """Input and recurrent products of a one-layer RNN over ``tokens`` positions."""
+    return tokens * 2 * GATES[cell] * hidden_size * (input_size + hidden_size)
 
 
 def forward_flops(config: ModelConfig, vocab_size: int, shape: BatchShape) -> dict[str, int]:
@@ -66,11 +70,13 @@ def forward_flops(config: ModelConfig, vocab_size: int, shape: BatchShape) -> di
     Q = B * shape.target_positions
     attention = config.scorer != "none"
     bahdanau = attention and config.wiring == "bahdanau"
-    decoder_input = E + H if bahdanau or (attention and config.input_feeding) else E
+    rnnencdec = not attention and config.baseline == "rnnencdec"
+    wide_input = bahdanau or rnnencdec or (attention and config.input_feeding)
+    decoder_input = E + H if wide_input else E
     counts = {
-        "encoder_rnn": gru_flops(shape.source_tokens, E, H),
-        "bridge": B * 2 * H * H,
-        "decoder_rnn": gru_flops(Q, decoder_input, H),
+        "encoder_rnn": rnn_flops(shape.source_tokens, E, H, config.cell),
+        "bridge": B * 2 * H * H * (2 if config.cell == "lstm" else 1),
+        "decoder_rnn": rnn_flops(Q, decoder_input, H, config.cell),
         "key_projection": 0,
         "scoring": 0,
         "context": Q * 2 * S * H if attention else 0,
@@ -85,7 +91,7 @@ def forward_flops(config: ModelConfig, vocab_size: int, shape: BatchShape) -> di
         counts["scoring"] = Q * (2 * H * H + 2 * S * H)
     elif config.scorer == "location":
         counts["scoring"] = Q * 2 * H * LOCATION_MAX_POSITIONS
-    if bahdanau:
+    if bahdanau or rnnencdec:
         counts["attentional_layer"] = Q * 2 * (E + 2 * H) * H
     elif attention:
         counts["attentional_layer"] = Q * 2 * 2 * H * H

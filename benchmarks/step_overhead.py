@@ -3,7 +3,7 @@
     python -m benchmarks.step_overhead                      # additive h256, both wirings
     python -m benchmarks.step_overhead --sizes 500 1000 3000 --rounds 16 --wirings luong
 
-Trains one model per wiring at one thread on real training batches of several sizes
+Trains one model per wiring and cell (``--cells``: LSTM, the study's, and GRU) at one thread on real training batches of several sizes
 (``--sizes``, target tokens per batch), a step of every size per round in a rotated order,
 so that all sizes are timed side by side under the same machine load. Each timed batch
 has had one untimed step first (``workloads.prebuild``), so that a step's time holds no
@@ -66,12 +66,12 @@ def fit(samples: list[dict[str, float]], columns: list[str]) -> dict[str, float]
             **{f"ms_per_{c}": float(v) for c, v in zip(columns, coefficients[1:])}}  # fmt: skip
 
 
-def measure(args: argparse.Namespace, wiring: str, ceiling: float) -> dict[str, Any]:
-    """Time ``args.rounds`` steps of every size for one wiring, rotating the order."""
+def measure(args: argparse.Namespace, wiring: str, cell: str, ceiling: float) -> dict[str, Any]:
+    """Time ``args.rounds`` steps of every size for one wiring and cell, rotating the order."""
     vocab = workloads.VOCAB_SIZE
     split, source = workloads.load_split(args.tok_dir, "train", vocab)
-    config = ModelConfig(scorer=args.scorer, wiring=wiring, hidden_size=args.hidden_size,
-                         embedding_size=256)  # fmt: skip
+    config = ModelConfig(scorer=args.scorer, wiring=wiring, cell=cell,
+                         hidden_size=args.hidden_size, embedding_size=256)  # fmt: skip
     model = workloads.build_model("pipeline", config, vocab)
     optimizer = workloads.make_optimizer("pipeline", model)
     count = args.warmup + args.rounds
@@ -110,9 +110,9 @@ def measure(args: argparse.Namespace, wiring: str, ceiling: float) -> dict[str, 
             "gflop": flops / 1e9,
             "products_at_ceiling_ms": flops / ceiling * 1e3,
         })  # fmt: skip
-        logger.info("%s %d tokens: %.1f ms per step", wiring, size, ms)
+        logger.info("%s %s %d tokens: %.1f ms per step", wiring, cell, size, ms)
     return {
-        "wiring": wiring, "data": source, "other_load": other_load, "rows": rows,
+        "wiring": wiring, "cell": cell, "data": source, "other_load": other_load, "rows": rows,
         "samples": samples,
         "fit_tokens": fit(samples, ["tokens"]),
         "fit_tokens_positions": fit(samples, ["tokens", "positions"]),
@@ -131,7 +131,8 @@ def render(results: dict[str, Any]) -> str:
     ]
     for run in results["runs"]:
         one, two = run["fit_tokens"], run["fit_tokens_positions"]
-        lines += ["", f"## {run['wiring']} wiring; data: {run['data']}", ""]
+        cell = run.get("cell", "gru")  # results written before the cell was recorded: GRU
+        lines += ["", f"## {run['wiring']} wiring, {cell.upper()}; data: {run['data']}", ""]
         if "other_load" in run:
             load = f"{run['other_load']:.0%}"
             lines += [f"Other processes' load while timing: {load} of all cores (above a few "
@@ -171,6 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--scorer", default="additive")
     cli.add_argument("--wirings", nargs="+", default=["luong", "bahdanau"],
                      choices=["luong", "bahdanau"])  # fmt: skip
+    cli.add_argument("--cells", nargs="+", default=["lstm", "gru"], choices=["lstm", "gru"],
+                     help="each wiring with each cell (params.yaml's is lstm)")  # fmt: skip
     cli.add_argument("--hidden-size", type=int, default=256)
     cli.add_argument("--sizes", nargs="+", type=int, default=[250, 500, 1000, 2000, 3000])
     cli.add_argument("--rounds", type=int, default=12, help="timed steps per size")
@@ -197,7 +200,9 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["python -m benchmarks.step_overhead", *command]),
         "scorer": args.scorer, "hidden_size": args.hidden_size, "precision": args.precision,
         "rounds": args.rounds, "ceiling_gflops": ceiling / 1e9,
-        "runs": [measure(args, wiring, ceiling) for wiring in args.wirings],
+        "runs": [
+            measure(args, wiring, cell, ceiling) for wiring in args.wirings for cell in args.cells
+        ],
     }  # fmt: skip
     write_text(args.out / "step_overhead.json", json.dumps(results, indent=1) + "\n")
     write_text(args.out / "step_overhead.md", render(results))

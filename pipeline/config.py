@@ -126,7 +126,9 @@ class ModelConfig(_Section):
     2015 sec. 3.3). Off by default: without it the decoder RNN runs over the whole
     target in one fused call."""
     cell: Literal["gru", "lstm"] = "gru"
-    """Recurrent cell of encoder and decoder."""
+    """Recurrent cell of encoder and decoder. params.yaml picks ``lstm``: on CPUs torch runs
+    a whole unpacked LSTM layer as one oneDNN primitive, forward and backward, but a GRU
+    position by position (docs/budget.md)."""
     embedding_size: int = Field(256, ge=1)
     """Word embedding size of both sides."""
     hidden_size: int = Field(256, ge=1)

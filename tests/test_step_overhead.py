@@ -38,12 +38,12 @@ def threads():
 def test_a_small_run_writes_both_files_with_every_size(tmp_path, threads):
     """A real (tiny) run: random ids, a 16-unit model, two sizes, two rounds."""
     out = tmp_path / "out"
-    main(["--wirings", "luong", "--sizes", "60", "120", "--rounds", "2", "--warmup", "1",
+    main(["--wirings", "luong", "--cells", "lstm", "--sizes", "60", "120", "--rounds", "2", "--warmup", "1",
           "--hidden-size", "16", "--precision", "fp32", "--ceiling-seconds", "0.05",
           "--tok-dir", str(tmp_path / "none"), "--out", str(out)])  # fmt: skip
     results = json.loads((out / "step_overhead.json").read_text())
     (run,) = results["runs"]
-    assert [r["size"] for r in run["rows"]] == [60, 120]
+    assert [r["size"] for r in run["rows"]] == [60, 120] and run["cell"] == "lstm"
     assert len(run["samples"]) == 4 and all(s["seconds"] > 0 for s in run["samples"])
     assert 0 <= run["other_load"] <= 1
     assert run["rows"][0]["tokens"] < run["rows"][1]["tokens"] <= 120
@@ -52,7 +52,7 @@ def test_a_small_run_writes_both_files_with_every_size(tmp_path, threads):
     for row in run["rows"]:  # every size's row, with its median step time
         assert f"| {row['size']} | " in text and f"{row['step_ms']:.1f}" in text
     assert f"a = **{run['fit_tokens']['intercept_ms']:.1f} ms**" in text
-    assert "Other processes' load" in text
+    assert "Other processes' load" in text and "## luong wiring, LSTM;" in text
     del run["other_load"]  # results written before that field still render
     assert "Other processes' load" not in render(results)
 

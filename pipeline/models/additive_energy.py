@@ -121,28 +121,34 @@ def _scores_blocks(query2, keys, energy2, buffer, out) -> None:
         out[b0:b1, t0:t1] = (block.view(-1, A) @ energy2).view(block.shape[:3])
 
 
-def _backward_blocks(
-    grad_scores, query2, keys, energy, buffer, grad_query, grad_keys, grad_energy, accumulate
-) -> None:
+def _backward_blocks(grad_scores, query2, keys, energy, buffer, grad_query, grad_keys, grad_energy):
     """The backward of :func:`_scores_blocks` for ``grad_scores`` (B, T, S): dq into
-    ``grad_query`` (B, T, A); dk into ``grad_keys`` (B, S, A), added to it when
-    ``accumulate``, else written by each row's first block (no zero-fill); dv added into
-    ``grad_energy`` (A,). ``tanh`` is recomputed, not stored."""
+    ``grad_query`` (B, T, A) and dk into ``grad_keys`` (B, S, A), each written by its rows'
+    first block (no zero-fill); dv added into ``grad_energy`` (A,). ``tanh`` is recomputed
+    from the sigmoid, not stored. With s = sigmoid(2 q + 2 k), h = 2 s - 1 and
+    1 - h^2 = 4 s (1 - s), so a block needs the sigmoid, s - s^2 and de, and the factor
+    4 v is applied once to the summed dq and dk::
+
+        dv = sum de h = 2 sum de s - sum de
+        dq_t = 4 v * sum_s de s (1 - s),   dk_s = 4 v * sum_t de s (1 - s)
+    """
     (B, T, A), S = query2.shape, keys.size(1)
     b_size, t_size = _block_shape(B, T, S, A, query2.device)
     for b0, b1, t0, t1 in _blocks(B, T, b_size, t_size):
-        block = _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1)
-        block.mul_(2).sub_(1)  # h = tanh(q_t + k_s), (b, t, S, A)
+        block = _sigmoid_block(buffer, query2, keys, b0, b1, t0, t1)  # s, (b, t, S, A)
         grad = grad_scores[b0:b1, t0:t1]  # (b, t, S)
-        grad_energy.addmv_(block.view(-1, A).t(), grad.reshape(-1))
-        block.mul_(block).sub_(1)  # h^2 - 1
-        block.mul_(grad.unsqueeze(-1)).mul_(-energy)  # de (1 - h^2) v
+        grad_energy.addmv_(block.view(-1, A).t(), grad.reshape(-1), alpha=2)
+        block.addcmul_(block, block, value=-1).mul_(grad.unsqueeze(-1))  # de s (1 - s)
         torch.sum(block, 2, out=grad_query[b0:b1, t0:t1])
         rows = block[:, 0] if block.size(1) == 1 else block.sum(1)  # (b, S, A)
-        if accumulate or t0:
+        if t0:
             grad_keys[b0:b1] += rows
         else:
             grad_keys[b0:b1] = rows
+    grad_energy -= grad_scores.sum()
+    energy4 = energy * 4
+    grad_query.mul_(energy4)
+    grad_keys.mul_(energy4)
 
 
 def _block_shape(
@@ -205,6 +211,6 @@ class _AdditiveEnergy(torch.autograd.Function):
             b_size, t_size = _block_shape(B, T, S, A, query2.device)
             buffer = query2.new_empty(b_size * t_size * S * A)
             _backward_blocks(grad_scores, query2, keys, energy, buffer, grad_query, grad_keys,
-                             grad_energy, accumulate=False)  # fmt: skip
+                             grad_energy)  # fmt: skip
         dtypes = ctx.dtypes
         return grad_query.to(dtypes[0]), grad_keys.to(dtypes[1]), grad_energy.to(dtypes[2])
