@@ -10,13 +10,13 @@ tokens (the packed encoder skips padding), embedding ``E``, hidden ``H``, vocabu
 |---|---|
 | encoder RNN | ``N_src * 2 * G H * (E + H)``, ``G`` gates: 3 (GRU), 4 (LSTM) |
 | bridge s_0 = tanh(W h_S) | ``B * 2 * H * H``; twice for an LSTM (c_0 = W_c h_S) |
-| decoder RNN | ``Q * 2 * G H * (I + H)``, ``I = E``; ``E + H`` (bahdanau, input feeding, the RNN Encoder-Decoder baseline) |
+| decoder RNN | ``Q * 2 * G H * (I + H)``, ``I = E``; ``E + H`` (bahdanau, input feed, rnnencdec) |
 | key projection (general, additive) | ``B * S * 2 * H * H``, once per batch |
 | scoring, dot / scaled_dot / general | ``Q * 2 * S * H`` |
 | scoring, additive | ``Q * (2 * H * H + 2 * S * H)`` (W_a q, then v_a . tanh(...)) |
 | scoring, location | ``Q * 2 * H * P``, ``P = LOCATION_MAX_POSITIONS`` (all rows computed) |
 | context sum_j a_j h_j | ``Q * 2 * S * H`` |
-| attentional layer | luong ``Q * 2 * 2H * H``; bahdanau and RNN Encoder-Decoder readout ``Q * 2 * (E + 2H) * H`` |
+| attentional layer | luong ``Q * 2 * 2H * H``; bahdanau, rnnencdec ``Q * 2 * (E + 2H) * H`` |
 | vocabulary projection | ``Q * 2 * H * V`` |
 
 A training step (forward + backward) is counted as 3x the forward: the backward pass

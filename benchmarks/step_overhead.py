@@ -3,19 +3,19 @@
     python -m benchmarks.step_overhead                      # additive h256, both wirings
     python -m benchmarks.step_overhead --sizes 500 1000 3000 --rounds 16 --wirings luong
 
-Trains one model per wiring and cell (``--cells``: LSTM, the study's, and GRU) at one thread on real training batches of several sizes
-(``--sizes``, target tokens per batch), a step of every size per round in a rotated order,
-so that all sizes are timed side by side under the same machine load. Each timed batch
-has had one untimed step first (``workloads.prebuild``), so that a step's time holds no
-oneDNN primitive building, which training does once per shape. Every timed step
-gives (seconds, target tokens, padded source + target positions); two least-squares fits
-split the time:
+Trains one model per wiring and cell (``--cells``: LSTM, the study's, and GRU) at one
+thread on real training batches of several sizes (``--sizes``, target tokens per batch), a
+step of every size per round in a rotated order, so that all sizes are timed side by side
+under the same machine load. Each timed batch has had one untimed step first
+(``workloads.prebuild``), so that a step's time holds no oneDNN primitive building, which
+training does once per shape. Every timed step gives (seconds, target tokens, padded
+source + target positions); two least-squares fits split the time:
 
 - ``t = a + b * tokens``: ``a`` is what a step costs whatever its size (the optimizer, the
   per-batch fills and casts, and the per-position loop work of a typical batch), ``b``
   the cost that grows with the tokens;
 - ``t = a' + b' * tokens + c * positions``: the loop work per time step (``c``, the
-  encoder's and decoder's recurrences issue a few dozen small operator calls per
+  GRU encoder's and decoder's recurrences issue a few dozen small operator calls per
   position, whatever the batch's width) separated from the per-batch part ``a'``.
 
 Beside them, each size's floor: its matrix-product FLOPs (``benchmarks.flops``) at the

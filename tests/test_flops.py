@@ -28,8 +28,9 @@ def _counted(config, batch) -> int:
 def batch():
     """Equal lengths: the padded encoder run then has no padding to count."""
     rng = np.random.default_rng(0)
-    split = TokenizedSplit.from_sequences([rng.integers(4, VOCAB, 7) for _ in range(5)],
-                                          [rng.integers(4, VOCAB, 6) for _ in range(5)])  # fmt: skip
+    sources = [rng.integers(4, VOCAB, 7) for _ in range(5)]
+    targets = [rng.integers(4, VOCAB, 6) for _ in range(5)]
+    split = TokenizedSplit.from_sequences(sources, targets)
     return make_batch(split, np.arange(5))
 
 
@@ -43,7 +44,8 @@ def batch():
 def test_gru_models_count_what_torch_counts(overrides, batch, tiny_model_config):
     """torch's CPU GRU issues its products as ordinary matmuls, so every one is counted."""
     config = tiny_model_config(**overrides)
-    assert sum(forward_flops(config, VOCAB, BatchShape.of(batch)).values()) == _counted(config, batch)
+    counts = forward_flops(config, VOCAB, BatchShape.of(batch))
+    assert sum(counts.values()) == _counted(config, batch)
 
 
 def test_lstm_models_count_four_gates(batch, tiny_model_config):

@@ -38,9 +38,10 @@ def threads():
 def test_a_small_run_writes_both_files_with_every_size(tmp_path, threads):
     """A real (tiny) run: random ids, a 16-unit model, two sizes, two rounds."""
     out = tmp_path / "out"
-    main(["--wirings", "luong", "--cells", "lstm", "--sizes", "60", "120", "--rounds", "2", "--warmup", "1",
-          "--hidden-size", "16", "--precision", "fp32", "--ceiling-seconds", "0.05",
-          "--tok-dir", str(tmp_path / "none"), "--out", str(out)])  # fmt: skip
+    main(["--wirings", "luong", "--cells", "lstm", "--sizes", "60", "120", "--rounds", "2",
+          "--warmup", "1", "--hidden-size", "16", "--precision", "fp32",
+          "--ceiling-seconds", "0.05", "--tok-dir", str(tmp_path / "none"),
+          "--out", str(out)])  # fmt: skip
     results = json.loads((out / "step_overhead.json").read_text())
     (run,) = results["runs"]
     assert [r["size"] for r in run["rows"]] == [60, 120] and run["cell"] == "lstm"
