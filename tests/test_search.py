@@ -142,7 +142,8 @@ class MarkovModel(nn.Module):
         memory = Memory(torch.zeros(*src.shape, 1), None, src_mask)
         return memory, DecoderState(torch.zeros(1, len(src), 1))
 
-    def step(self, tokens, memory, state):
+    def step(self, tokens, memory, state, normalize=True):
+        """Log-probabilities either way: greedy's unnormalised scores rank the same."""
         return self.log_probs[tokens].clone(), state, None
 
 

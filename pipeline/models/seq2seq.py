@@ -51,6 +51,21 @@ class Seq2Seq(nn.Module):
         self.generator = nn.Linear(config.hidden_size, tgt_vocab_size)  # W_s (Luong eq. 6)
         if config.tie_embeddings:
             self.generator.weight = self.decoder.embedding.weight
+        if config.forget_bias is not None:
+            self._init_forget_bias(config.forget_bias)
+
+    def _init_forget_bias(self, value: float) -> None:
+        """Every LSTM's forget-gate bias (gates i, f, g, o: the second quarter) to ``value``
+        in ``bias_ih`` and 0 in ``bias_hh``, so their sum starts at ``value``."""
+        with torch.no_grad():
+            for module in self.modules():
+                if not isinstance(module, nn.LSTM | nn.LSTMCell):
+                    continue
+                for name, parameter in module.named_parameters():
+                    if name.startswith("bias_"):
+                        size = parameter.size(0) // 4
+                        forget = parameter[size : 2 * size]
+                        forget.fill_(value if name.startswith("bias_ih") else 0.0)
 
     def init_output_bias(self, counts: torch.Tensor) -> None:
         """Set the vocabulary projection's bias to the log unigram distribution of the
@@ -106,9 +121,11 @@ class Seq2Seq(nn.Module):
         return total, batch.n_tokens
 
     def step(
-        self, tokens: torch.Tensor, memory: Memory, state: DecoderState
+        self, tokens: torch.Tensor, memory: Memory, state: DecoderState, *, normalize: bool = True
     ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None]:
-        """One search step: tokens (B,) -> log-probs (B, V), new state, attention (B, S)."""
+        """One search step: tokens (B,) -> log-probs (B, V), new state, attention (B, S).
+        ``normalize=False`` returns the float32 logits instead (the same ranking per row:
+        greedy search needs no softmax)."""
         features, state, attention = self.decoder.step(tokens, memory, state)
         logits = self.generator(features).float()  # fp32 scores under autocast too
-        return torch.log_softmax(logits, dim=-1), state, attention
+        return torch.log_softmax(logits, dim=-1) if normalize else logits, state, attention
