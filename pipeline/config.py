@@ -152,11 +152,6 @@ class ModelConfig(_Section):
     training neural networks": initialise the last layer's bias to the data's prior;
     the time to quality it buys is measured in docs/budget.md); ``uniform`` keeps
     torch's ``nn.Linear`` initialisation."""
-    forget_bias: float | None = None
-    """``cell: lstm`` only: the forget gate's initial bias (``bias_ih``'s forget slice;
-    ``bias_hh``'s is set to 0), as Gers et al. (2000) and Jozefowicz et al. (2015)
-    recommend 1.0 so that early training does not forget; None keeps torch's uniform
-    initialisation."""
     baseline: Literal["rnnencdec", "init_only"] = "rnnencdec"
     """``scorer: none`` only: how the decoder sees the source. ``rnnencdec`` (default) is
     Cho et al. (2014)'s RNN Encoder-Decoder, the RNNencdec baseline of Bahdanau et al.

@@ -314,26 +314,3 @@ def test_fp32_cast_keeps_a_packed_sequence_packed():
     assert torch.equal(cast.sorted_indices, packed.sorted_indices)
     hidden = (torch.zeros(1, 3, 2, dtype=torch.bfloat16),) * 2
     assert [h.dtype for h in _fp32(hidden)] == [torch.float32, torch.float32]
-
-
-def test_forget_bias_sets_only_the_lstm_forget_gates(tiny_model_config):
-    """``model.forget_bias`` fills the forget quarter of every LSTM's ``bias_ih`` (0 in
-    ``bias_hh``) and leaves every other parameter as torch initialised it."""
-    torch.manual_seed(0)
-    plain = Seq2Seq(tiny_model_config(cell="lstm", wiring="bahdanau", scorer="dot"), 20, 20)
-    torch.manual_seed(0)
-    config = tiny_model_config(cell="lstm", wiring="bahdanau", scorer="dot", forget_bias=1.0)
-    model = Seq2Seq(config, 20, 20)
-    size = config.hidden_size
-    changed = 0
-    for (name, before), after in zip(plain.named_parameters(), model.parameters()):
-        leaf = name.split(".")[-1]
-        if leaf.startswith(("bias_ih", "bias_hh")):
-            expected = 1.0 if leaf.startswith("bias_ih") else 0.0
-            assert torch.all(after[size : 2 * size] == expected), name
-            assert torch.equal(after[:size], before[:size])
-            assert torch.equal(after[2 * size :], before[2 * size :])
-            changed += 1
-        else:
-            assert torch.equal(after, before), name
-    assert changed == 4  # the encoder's nn.LSTM and the decoder's LSTMCell, ih and hh each

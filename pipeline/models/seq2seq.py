@@ -51,21 +51,6 @@ class Seq2Seq(nn.Module):
         self.generator = nn.Linear(config.hidden_size, tgt_vocab_size)  # W_s (Luong eq. 6)
         if config.tie_embeddings:
             self.generator.weight = self.decoder.embedding.weight
-        if config.forget_bias is not None:
-            self._init_forget_bias(config.forget_bias)
-
-    def _init_forget_bias(self, value: float) -> None:
-        """Every LSTM's forget-gate bias (gates i, f, g, o: the second quarter) to ``value``
-        in ``bias_ih`` and 0 in ``bias_hh``, so their sum starts at ``value``."""
-        with torch.no_grad():
-            for module in self.modules():
-                if not isinstance(module, nn.LSTM | nn.LSTMCell):
-                    continue
-                for name, parameter in module.named_parameters():
-                    if name.startswith("bias_"):
-                        size = parameter.size(0) // 4
-                        forget = parameter[size : 2 * size]
-                        forget.fill_(value if name.startswith("bias_ih") else 0.0)
 
     def init_output_bias(self, counts: torch.Tensor) -> None:
         """Set the vocabulary projection's bias to the log unigram distribution of the
