@@ -140,11 +140,12 @@ def render(results: dict[str, Any]) -> str:
         lines += table(
             "batch tokens|target tokens|positions (src + tgt)|step ms (median)|"
             "tokens/s (all timed steps)|"
-            "GFLOP/step|products at the ceiling, ms|step / that floor",
+            "GFLOP/step|products at the ceiling, ms|step / that floor|share of the ceiling",
             [[r["size"], f"{r['tokens']:.0f}", f"{r['positions']:.0f}", f"{r['step_ms']:.1f}",
               f"{r['tokens_per_s']:.0f}", f"{r['gflop']:.1f}",
               f"{r['products_at_ceiling_ms']:.1f}",
-              f"{r['step_ms'] / r['products_at_ceiling_ms']:.2f}x"] for r in run["rows"]],
+              f"{r['step_ms'] / r['products_at_ceiling_ms']:.2f}x",
+              f"{r['products_at_ceiling_ms'] / r['step_ms']:.1%}"] for r in run["rows"]],
         )  # fmt: skip
         at = {r["size"]: r for r in run["rows"]}
         share = ""
