@@ -3,8 +3,9 @@
 A multiply-add counts 2 FLOPs. Only matrix products are counted (element-wise work:
 tanh, softmax, the loss, masking, Adam, is left out). Per batch of ``B`` sentences with
 ``S`` padded source positions, ``T`` padded target positions, ``N_src`` real source
-tokens (the packed encoder skips padding), embedding ``E``, hidden ``H``, vocabulary
-``V`` and ``Q = B * T`` decoder positions, the forward pass costs:
+tokens (the encoder's useful work: the default one-layer encoder runs unpacked over all
+``B * S`` positions, and its padding is not counted), embedding ``E``, hidden ``H``,
+vocabulary ``V`` and ``Q = B * T`` decoder positions, the forward pass costs:
 
 | component | FLOPs (forward) |
 |---|---|

@@ -250,8 +250,12 @@ def third_epoch_bleu(variant_id: str) -> float | None:
 
 
 def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
-    from benchmarks.workloads import split_overrides
+    from pydantic import ValidationError
 
+    from pipeline.config import ConfigError, load_config
+    from pipeline.grid import apply_point
+
+    config = load_config(ROOT / "params.yaml")
     sets = {"defaults": {}}
     for value in values:
         name, _, assignments = value.partition(":")
@@ -261,10 +265,14 @@ def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
             overrides[key] = (
                 json.loads(raw) if raw[:1].isdigit() or raw in ("true", "false") else raw
             )
-        try:  # unknown keys fail here, before any run starts
-            split_overrides(overrides)
-        except ValueError as error:
-            raise SystemExit(f"error: --set {name}: {error}") from None
+        try:  # unknown keys and bad values fail here, before any run starts
+            apply_point(config, overrides, where=f"--set {name}")
+        except ConfigError as error:
+            raise SystemExit(f"error: {error}") from None
+        except ValidationError as error:
+            first = error.errors()[0]
+            key = ".".join(str(part) for part in first["loc"])
+            raise SystemExit(f"error: --set {name}.{key}: {first['msg']}") from None
         only = only_scorer(name)
         if only and only not in MODELS:
             raise SystemExit(f"error: --set {name}: scorer after @ must be one of {list(MODELS)}")

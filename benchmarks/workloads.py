@@ -20,11 +20,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.flops import BatchShape, training_flops
 from benchmarks.reference import ReferenceSeq2Seq
 from pipeline import training
-from pipeline.config import Config, EvaluateConfig, ModelConfig, TrainConfig
+from pipeline.config import Config, EvaluateConfig, ModelConfig
 from pipeline.data.batching import Batch, epoch_batches, make_batch
 from pipeline.data.tokenized import TokenizedSplit
 from pipeline.decoding import BEAM_BATCH_SENTENCES, GREEDY_BATCH_SENTENCES, decode_split
-from pipeline.grid import Variant
+from pipeline.grid import Variant, apply_point
 from pipeline.models.precision import autocast
 from pipeline.models.seq2seq import Seq2Seq
 
@@ -37,29 +37,12 @@ MAX_DECODE_RATIO = 2.0  # train.max_decode_ratio
 IMPLEMENTATIONS: dict[str, type[nn.Module]] = {"pipeline": Seq2Seq, "reference": ReferenceSeq2Seq}
 
 
-def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Setting overrides (keys of ``model`` or ``train``) into the two sections;
-    ``ValueError`` naming any key that is in neither."""
-    model = {k: v for k, v in overrides.items() if k in ModelConfig.model_fields}
-    train = {k: v for k, v in overrides.items() if k in TrainConfig.model_fields}
-    unknown = sorted(set(overrides) - set(model) - set(train))
-    if unknown:
-        raise ValueError(f"unknown model/train keys: {', '.join(unknown)}")
-    return model, train
-
-
 def study_variant(
     config: Config, name: str, axes: dict[str, Any], overrides: dict[str, Any]
 ) -> Variant:
     """A variant of ``config``'s model and train settings with ``overrides`` applied, as a
-    grid point applies its axes (``pipeline.grid``), validated the same way."""
-    model, train = split_overrides(overrides)
-    return Variant(
-        name,
-        ModelConfig.model_validate({**config.model.model_dump(), **model}),
-        TrainConfig.model_validate({**config.train.model_dump(), **train}),
-        axes,
-    )
+    grid point applies its axes (:func:`pipeline.grid.apply_point`)."""
+    return Variant(name, *apply_point(config, overrides, where="--set"), axes)
 
 
 def random_corpus(sentences: int, vocab: int, seed: int) -> TokenizedSplit:

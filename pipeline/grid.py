@@ -124,15 +124,25 @@ def expand_grid(config: Config) -> list[Variant]:
     return variants
 
 
+def apply_point(
+    config: Config, point: dict[str, Any], where: str = "train.grid"
+) -> tuple[ModelConfig, TrainConfig]:
+    """``config``'s model and train sections with ``point`` (axis -> value) applied and
+    validated as those fields are; an unknown axis raises ConfigError naming ``where``."""
+    sections = {axis: _section_of(axis, where) for axis in point}
+    model_over = {a: v for a, v in point.items() if sections[a] == "model"}
+    train_over = {a: v for a, v in point.items() if sections[a] == "train"}
+    model = ModelConfig.model_validate(dict(config.model.model_dump(), **model_over))
+    train = TrainConfig.model_validate(dict(config.train.model_dump(), **train_over))
+    return model, train
+
+
 def _points(config: Config, grid: dict[str, list[Any]]) -> list[Variant]:
     axes = list(grid)
     variants = []
     for values in itertools.product(*(grid[a] for a in axes)):
         point = dict(zip(axes, values))
-        model_over = {a: v for a, v in point.items() if _section_of(a) == "model"}
-        train_over = {a: v for a, v in point.items() if _section_of(a) == "train"}
-        model = ModelConfig.model_validate(dict(config.model.model_dump(), **model_over))
-        train = TrainConfig.model_validate(dict(config.train.model_dump(), **train_over))
+        model, train = apply_point(config, point)
         variants.append(Variant(variant_id(model, train, point), model, train, point))
     return variants
 
