@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> None:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--scorer", default="additive")
     cli.add_argument("--wiring", default="bahdanau", choices=["luong", "bahdanau"])
+    cli.add_argument(
+        "--cell",
+        default="lstm",
+        choices=["gru", "lstm"],
+        help="recurrent cell (the study's default: lstm)",
+    )
     cli.add_argument("--input-feeding", action="store_true")
     cli.add_argument("--hidden-size", type=int, default=256)
     cli.add_argument("--batch-tokens", type=int, default=3000)
@@ -76,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     config = ModelConfig(
         scorer=args.scorer,
         wiring=args.wiring,
+        cell=args.cell,
         input_feeding=args.input_feeding,
         hidden_size=args.hidden_size,
         embedding_size=256,
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
 
     operators = {e.key: (e.self_cpu_time_total / 1e3, e.count) for e in prof.key_averages()}
     total = sum(ms for ms, _ in operators.values())  # ms of operator self time
-    print(f"{args.scorer} {args.wiring} h{args.hidden_size}, {args.precision}, "
+    print(f"{args.scorer} {args.wiring} {args.cell} h{args.hidden_size}, {args.precision}, "
           f"{args.batch_tokens}-token batches ({source}); {len(timed)} profiled steps, "
           f"{total / len(timed):.0f} ms of operator self time per step\n")  # fmt: skip
     print_shares("operator", operators, total, len(timed), args.top)

@@ -33,8 +33,9 @@ EPOCH_METRICS = (
     "learning_rate",
     "wall_time",
 )
-RESOLVED_TAGS = ("precision", "device", "node_id")
-"""Read from a trial's final report: what ``precision: auto`` became, where it ran."""
+RESOLVED_TAGS = ("precision", "device", "node_id", "energy_kernel")
+"""Read from a trial's final report: what ``precision: auto`` became, where it ran, and
+which additive-energy implementation trained it (pipeline.models.native)."""
 
 
 def _guarded(method):

@@ -26,7 +26,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +44,7 @@ from pipeline.data.batching import epoch_batches, make_batch, padding_fraction, 
 from pipeline.data.tokenized import SubwordTokenizer, TokenizedData, TokenizedSplit
 from pipeline.grid import Variant
 from pipeline.io import write_json, write_text
+from pipeline.models import native
 from pipeline.models.checkpoint import VocabInfo, atomic_torch_save, save_checkpoint
 from pipeline.models.precision import autocast, resolve
 from pipeline.models.search import translate
@@ -88,6 +89,7 @@ class TrainResult:
     resumed_at_step: int = 0  # step of the resume state this run continued from (0: none)
     evaluations: int = 0  # dev evaluations (rows of the history)
     plateaued: bool = False  # stopped by early stopping: the dev metric had plateaued
+    energy_kernel: str = "unused"  # additive scorer: native (compiled) | torch; else unused
 
 
 @dataclass
@@ -199,6 +201,9 @@ def train_variant(
     ``callback(row)`` after each evaluation, once its files in ``out_dir`` are written."""
     tune_allocator()  # large tensors reused from the heap, not mapped anew each step
     size_primitive_cache()  # every bf16 product shape's oneDNN primitive kept, not rebuilt
+    energy_kernel = "unused"
+    if variant.model.scorer == "additive" and torch.device(device).type == "cpu":
+        energy_kernel = native.describe()  # built here (once a machine), before the clock
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not isinstance(data, TokenizedData):
@@ -210,7 +215,7 @@ def train_variant(
             {"variant": variant.id, "axes": variant.axes, "params": variant.flat_params()},
         )
     trainer.run()
-    return trainer.result()
+    return replace(trainer.result(), energy_kernel=energy_kernel)
 
 
 def make_optimizer(model: torch.nn.Module, learning_rate: float) -> torch.optim.Adam:

@@ -1,11 +1,15 @@
-"""The blocked, recomputing additive energy equals autograd's tanh(q + k) @ v."""
+"""The additive energy, both implementations (the torch blocks and the compiled kernel
+of pipeline.models.native), equals autograd's tanh(q + k) @ v."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 import torch
 
 from pipeline.models import additive_energy as module
+from pipeline.models import native
 from pipeline.models.additive_energy import additive_energy
 
 
@@ -13,12 +17,27 @@ def _reference(query, keys, energy):
     return torch.tanh(query.unsqueeze(2) + keys.unsqueeze(1)) @ energy
 
 
+@pytest.fixture
+def torch_blocks(monkeypatch):
+    """The torch implementation (the compiled kernel turned off)."""
+    monkeypatch.setenv(native.ENV_SWITCH, "off")
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The compiled kernel, which must build on the machines the tests run on (CI's too)."""
+    monkeypatch.setenv(native.ENV_SWITCH, "on")
+    assert native.additive_energy_kernel() is not None, "the compiled kernel did not build"
+
+
 @pytest.mark.parametrize(("batch", "steps", "sources", "block"), [
     (3, 5, 4, 2**18),  # one block
     (7, 6, 5, 40),  # several batch rows per block, ragged last block
     (2, 9, 3, 20),  # one row's steps split over blocks
 ])  # fmt: skip
-def test_matches_autograd_values_and_gradients(batch, steps, sources, block, monkeypatch):
+def test_matches_autograd_values_and_gradients(
+    batch, steps, sources, block, monkeypatch, torch_blocks
+):
     monkeypatch.setattr(module, "BLOCK_ELEMENTS", block)
     torch.manual_seed(0)
     size = 8
@@ -42,6 +61,67 @@ def test_gradcheck_float64(monkeypatch):
               torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True),
               torch.randn(4, dtype=torch.float64, requires_grad=True))  # fmt: skip
     assert torch.autograd.gradcheck(additive_energy, inputs)
+
+
+@pytest.mark.parametrize("size", [256, 37, 1])  # the study's; a vector remainder; scalar
+def test_compiled_kernel_matches_float64_autograd(size, compiled):
+    """At the study's attention size, with masked keys (zero gradients, which the kernel
+    skips) and a softmax's gradient, as training has them."""
+    torch.manual_seed(0)
+    batch, steps, sources = 4, 6, 7
+    inputs = [torch.randn(batch, steps, size), torch.randn(batch, sources, size) * 2,
+              torch.randn(size) * 0.2]  # fmt: skip
+    mask = torch.ones(batch, sources, dtype=torch.bool)
+    mask[0, 3:] = mask[2, 5:] = False
+    upstream = torch.randn(batch, steps, sources)
+    results = []
+    for function, dtype in ((_reference, torch.float64), (additive_energy, torch.float32)):
+        leaves = [t.to(dtype).requires_grad_() for t in inputs]
+        scores = function(*leaves)
+        weights = torch.softmax(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), -1)
+        (weights * upstream.to(dtype)).sum().backward()
+        results.append([scores.detach(), *(leaf.grad for leaf in leaves)])
+    for expected, found in zip(*results):
+        assert found.dtype == torch.float32
+        torch.testing.assert_close(found.double(), expected, rtol=2e-5, atol=2e-5)
+    assert results[1][2][0, 3:].abs().max() == 0  # masked keys get no gradient
+
+
+def test_compiled_and_torch_paths_agree_on_a_training_shape(monkeypatch, compiled):
+    torch.manual_seed(0)
+    inputs = [torch.randn(5, 9, 256), torch.randn(5, 11, 256), torch.randn(256) * 0.1]
+    grad = torch.randn(5, 9, 11)
+    results = {}
+    for switch in ("on", "off"):
+        monkeypatch.setenv(native.ENV_SWITCH, switch)
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        scores = additive_energy(*leaves)
+        scores.backward(grad)
+        results[switch] = [scores.detach(), *(leaf.grad for leaf in leaves)]
+    for found, expected in zip(results["on"], results["off"]):  # float32 sums of up to
+        torch.testing.assert_close(found, expected, rtol=1e-4, atol=5e-5)  # 495 terms, reordered
+
+
+def test_a_failed_build_falls_back_to_torch_with_one_warning(monkeypatch, tmp_path, caplog):
+    """A real build that fails (a flag no compiler accepts) returns None, warns once,
+    and the energy still runs (the torch path); the switch reads as torch."""
+    monkeypatch.setenv(native.ENV_SWITCH, "on")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(native, "CFLAGS", [*native.CFLAGS, "-fno-such-flag-attention-study"])
+    monkeypatch.setattr(native, "_loaded", {})
+    with caplog.at_level(logging.WARNING, logger=native.__name__):
+        assert native.additive_energy_kernel() is None
+        assert native.additive_energy_kernel() is None  # remembered: one build, one warning
+    warnings = [r for r in caplog.records if "kernel unavailable" in r.getMessage()]
+    assert len(warnings) == 1 and native.ENV_SWITCH in warnings[0].getMessage()
+    assert native.describe() == "torch"
+    inputs = torch.randn(2, 3, 8), torch.randn(2, 4, 8), torch.randn(8)
+    torch.testing.assert_close(additive_energy(*inputs), _reference(*inputs))
+
+
+def test_switch_off_uses_torch(monkeypatch):
+    monkeypatch.setenv(native.ENV_SWITCH, "off")
+    assert native.additive_energy_kernel() is None and native.describe() == "torch"
 
 
 def test_bf16_inputs_give_fp32_scores_and_input_dtype_gradients():

@@ -21,12 +21,19 @@ And ``tanh`` itself is computed as ``tanh(x) = 2 sigmoid(2x) - 1``: torch 2.13's
 docs/benchmarks.md), and the identity is exact up to rounding (at most 1.8e-7 apart on
 262,144 normal values of sd 3). The
 forward pass needs no ``2s - 1`` pass at all: ``h . v = 2 (s . v) - sum(v)``.
+
+On a CPU, float32 work goes to the compiled kernel of :mod:`pipeline.models.native` when
+it builds (one fused pass forward and one backward, 2.3-2.6x these blocks at the study's
+shape; docs/benchmarks.md); these blocks are the fallback and the path for every other
+device and dtype.
 """
 
 from __future__ import annotations
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from pipeline.models import native
 
 BLOCK_ELEMENTS = 2**18
 """Elements of one (b, t, S, A) block: 1 MB of float32, inside a core's L2 cache."""
@@ -182,6 +189,12 @@ class _AdditiveEnergy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, keys, energy):
         ctx.dtypes = (query.dtype, keys.dtype, energy.dtype)
+        ctx.kernel = _native_kernel(query, keys)
+        if ctx.kernel is not None:
+            with torch.autocast("cpu", enabled=False):
+                query, keys, energy = (t.float().contiguous() for t in (query, keys, energy))
+                ctx.save_for_backward(query, keys, energy)
+                return ctx.kernel.forward(query, keys, energy)
         with torch.autocast(query.device.type, enabled=False):
             dtype = torch.promote_types(query.dtype, torch.float32)  # float64 stays
             # keys are not copied: AdditiveScorer.precompute makes them float32 once, and a
@@ -200,6 +213,10 @@ class _AdditiveEnergy(torch.autograd.Function):
     @staticmethod
     @once_differentiable  # backward works in place on a scratch buffer
     def backward(ctx, grad_scores):
+        if ctx.kernel is not None:
+            query, keys, energy = ctx.saved_tensors
+            grads = ctx.kernel.backward(grad_scores.float().contiguous(), query, keys, energy)
+            return tuple(g.to(dtype) for g, dtype in zip(grads, ctx.dtypes))
         query2, keys, energy = ctx.saved_tensors
         with torch.autocast(query2.device.type, enabled=False):
             grad_scores = grad_scores.to(query2.dtype)
@@ -214,3 +231,11 @@ class _AdditiveEnergy(torch.autograd.Function):
                              grad_energy)  # fmt: skip
         dtypes = ctx.dtypes
         return grad_query.to(dtypes[0]), grad_keys.to(dtypes[1]), grad_energy.to(dtypes[2])
+
+
+def _native_kernel(query: torch.Tensor, keys: torch.Tensor):
+    """The compiled kernel for float32 (or narrower, computed in float32) CPU inputs, if
+    it builds here; None for other devices, float64, or without it."""
+    if query.device.type != "cpu" or torch.float64 in (query.dtype, keys.dtype):
+        return None
+    return native.additive_energy_kernel()
