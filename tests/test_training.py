@@ -12,6 +12,7 @@ import torch
 from pipeline import training
 from pipeline.data.tokenized import TokenizedData
 from pipeline.grid import Variant
+from pipeline.models import native
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.seq2seq import Seq2Seq
 from pipeline.training import HISTORY_FIELDS, Plateau, TrainingDivergedError, train_variant
@@ -174,6 +175,21 @@ def test_step_budget_stops_cleanly(make_variant, tiny_tok_dir, tmp_path):
     assert result.stop_reason == "max_steps" and result.steps == 3
     assert len(result.history) == 1 and result.history[0]["step"] == 3
     assert load_checkpoint(tmp_path / "checkpoint.pt").extra["step"] == 3
+
+
+def test_result_names_the_energy_implementation_that_trained(
+    make_variant, tiny_tok_dir, tmp_path, monkeypatch
+):
+    """The compiled kernel where it builds (as on CI), the torch blocks when switched off,
+    and nothing for scorers that have no additive energy."""
+    monkeypatch.setenv(native.ENV_SWITCH, "on")
+    built = train_variant(make_variant(max_steps=2), tiny_tok_dir, tmp_path / "on")
+    assert built.energy_kernel == "native"
+    monkeypatch.setenv(native.ENV_SWITCH, "off")
+    fallback = train_variant(make_variant(max_steps=2), tiny_tok_dir, tmp_path / "off")
+    assert fallback.energy_kernel == "torch"
+    other = train_variant(make_variant("dot", max_steps=2), tiny_tok_dir, tmp_path / "dot")
+    assert other.energy_kernel == "unused"
 
 
 def test_time_budget_stops_cleanly(make_variant, tiny_tok_dir, tmp_path):
