@@ -22,6 +22,13 @@ from pipeline.config import ConfigError, ModelConfig, TrainConfig, build
 if TYPE_CHECKING:
     from pipeline.config import Config
 
+TRAINING_REVISION = 2
+"""Part of every variant's config hash (the key of the variant cache and of the resume
+state): raised when a code change alters what training computes for the same config (not
+for a refactor), so that neither hands back a variant trained by the code before it.
+1: up to the LSTM default; 2: the compiled additive-energy kernel (pipeline/models/native),
+whose rounding differs from the torch blocks'."""
+
 _ID_AXES = ("scorer", "reverse_source", "hidden_size", "seed")
 GRID_SETTINGS = {"grid", "grid_include", "only", "allow_partial"}
 """``train`` keys that shape the sweep rather than a variant (not part of its config)."""
@@ -46,8 +53,12 @@ class Variant:
         return params
 
     def config_hash(self, data_hash: str = "") -> str:
-        """Hash of the full config and the data it trains on (the variant's cache key)."""
-        payload = json.dumps({"params": self.flat_params(), "data": data_hash}, sort_keys=True)
+        """Hash of the full config, the data it trains on and :data:`TRAINING_REVISION`
+        (the variant's cache key)."""
+        payload = json.dumps(
+            {"params": self.flat_params(), "data": data_hash, "revision": TRAINING_REVISION},
+            sort_keys=True,
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -1,6 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
+from pipeline import grid
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.grid import expand_grid, select
 from pipeline.infra import load_infra
@@ -97,6 +98,17 @@ def test_grid_extra_axis_in_variant_id_and_select(tmp_path):
     assert variants[2].config_hash("a") != variants[3].config_hash("a")
     with pytest.raises(ConfigError, match="--only: not in the grid: x"):
         select(variants, ["x"])
+
+
+def test_config_hash_changes_with_the_training_revision(monkeypatch):
+    """A code change that alters what training computes raises TRAINING_REVISION, and
+    every cached variant of the code before it is then a miss."""
+    variant = expand_grid(Config())[0]
+    before = variant.config_hash("data")
+    monkeypatch.setattr(grid, "TRAINING_REVISION", grid.TRAINING_REVISION + 1)
+    assert variant.config_hash("data") != before
+    monkeypatch.undo()
+    assert variant.config_hash("data") == before
 
 
 def test_grid_include_adds_points_once_with_defaults_for_other_axes(tmp_path):
