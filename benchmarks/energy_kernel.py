@@ -24,6 +24,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,20 @@ def _switch(mode: str) -> None:
     os.environ[native.ENV_SWITCH] = "on" if mode == "native" else "off"
 
 
+def _alternating_ms(items: list, run: Callable[[Any], Any], rounds: int) -> dict[str, list]:
+    """Per mode, the mean ms of ``run(item)`` over ``items`` in each round; the two
+    implementations alternate round by round."""
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for _ in range(rounds):
+        for mode in MODES:
+            _switch(mode)
+            start = time.perf_counter()
+            for item in items:
+                run(item)
+            times[mode].append((time.perf_counter() - start) / len(items) * 1e3)
+    return times
+
+
 def op_reading(batches, size: int, rounds: int) -> dict[str, Any]:
     """Forward + backward of the energy on each batch's (B, T, S), both implementations."""
     torch.manual_seed(0)
@@ -53,11 +68,12 @@ def op_reading(batches, size: int, rounds: int) -> dict[str, Any]:
     for batch in batches:
         B, S, T = batch.src.size(0), batch.src.size(1), batch.tgt_in.size(1)
         query, keys = torch.randn(B, T, size), torch.randn(B, S, size)
-        cases.append((query, keys, torch.randn(size) * 0.1, batch.src_mask, torch.randn(B, T, S)))
+        energy = torch.randn(size) * 0.1
+        leaves = [t.requires_grad_() for t in (query, keys, energy)]
+        cases.append((*leaves, batch.src_mask, torch.randn(B, T, S)))
 
     def run(case):
-        query, keys, energy, mask, upstream = (t.requires_grad_() if i < 3 else t
-                                               for i, t in enumerate(case))  # fmt: skip
+        query, keys, energy, mask, upstream = case
         scores = additive_energy(query, keys, energy)
         weights = torch.softmax(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), -1)
         (weights * upstream).sum().backward()
@@ -74,15 +90,7 @@ def op_reading(batches, size: int, rounds: int) -> dict[str, Any]:
             outputs[mode] = run(case)
         differences.append(max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
                                for a, b in zip(outputs["native"], outputs["torch"])))  # fmt: skip
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
-    for _ in range(rounds):
-        for mode in MODES:
-            _switch(mode)
-            start = time.perf_counter()
-            for case in cases:
-                run(case)
-            times[mode].append((time.perf_counter() - start) / len(cases) * 1e3)
-    return {"ms": times, "max_relative_difference": max(differences),
+    return {"ms": _alternating_ms(cases, run, rounds), "max_relative_difference": max(differences),
             "shapes": [list(c[4].shape) for c in cases]}  # fmt: skip
 
 
@@ -96,15 +104,11 @@ def step_reading(batches, rounds: int) -> dict[str, Any]:
     for mode in MODES:
         _switch(mode)
         workloads.prebuild(model, optimizer, batches, "bf16")
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
-    for _ in range(rounds):
-        for mode in MODES:
-            _switch(mode)
-            start = time.perf_counter()
-            for batch in batches:
-                workloads.training_step(model, optimizer, batch, "bf16")
-            times[mode].append((time.perf_counter() - start) / len(batches) * 1e3)
-    return {"ms": times, "cell": params.cell}
+
+    def step(batch):
+        workloads.training_step(model, optimizer, batch, "bf16")
+
+    return {"ms": _alternating_ms(batches, step, rounds), "cell": params.cell}
 
 
 def render(results: dict[str, Any]) -> str:
