@@ -89,7 +89,7 @@ class TrainResult:
     resumed_at_step: int = 0  # step of the resume state this run continued from (0: none)
     evaluations: int = 0  # dev evaluations (rows of the history)
     plateaued: bool = False  # stopped by early stopping: the dev metric had plateaued
-    energy_kernel: str = "unused"  # additive scorer: native (compiled) | torch; else unused
+    energy_kernel: str = "unused"  # additive scorer: what additive_energy() runs, native | torch
 
 
 @dataclass
@@ -203,7 +203,9 @@ def train_variant(
     size_primitive_cache()  # every bf16 product shape's oneDNN primitive kept, not rebuilt
     energy_kernel = "unused"
     if variant.model.scorer == "additive" and torch.device(device).type == "cpu":
-        energy_kernel = native.describe()  # built here (once a machine), before the clock
+        # built here (once a machine), before the clock; the Bahdanau GRU loop's per-step
+        # energy is torch's either way, its decoding uses this one
+        energy_kernel = native.describe()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not isinstance(data, TokenizedData):

