@@ -52,15 +52,25 @@ PROBE_SHAPE = (512, 256, 4000)
 (``models/loss.py``, 512 rows, hidden 256, vocabulary 4000)."""
 
 
-@functools.cache
-def cpu_has_bf16_instructions(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """True if the CPU advertises native bf16 instructions (:data:`CPU_BF16_FLAGS`)."""
+def cpuinfo_fields(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The first value of each ``key : value`` line of ``cpuinfo`` (the first core's:
+    ``model name``, x86 ``flags``, ARM ``Features``, ...); empty where it cannot be read."""
     try:
         text = cpuinfo.read_text(errors="replace")
     except OSError:
-        return False
-    lines = (line for line in text.splitlines() if line.startswith(("flags", "Features")))
-    flags = next(lines, "").partition(":")[2].split()
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+@functools.cache
+def cpu_has_bf16_instructions(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """True if the CPU advertises native bf16 instructions (:data:`CPU_BF16_FLAGS`)."""
+    fields = cpuinfo_fields(cpuinfo)
+    flags = (fields.get("flags") or fields.get("Features") or "").split()
     return any(flag in flags for flag in CPU_BF16_FLAGS)
 
 

@@ -31,6 +31,8 @@ from types import ModuleType
 
 import torch
 
+from pipeline.models.precision import cpuinfo_fields
+
 logger = logging.getLogger(__name__)
 
 ENV_SWITCH = "ATTENTION_STUDY_NATIVE"
@@ -102,15 +104,8 @@ def _build_folder(name: str, source: Path) -> Path:
 
 def _cpu_identity() -> str:
     """The CPU's model name and feature flags (what ``-march=native`` compiles for)."""
-    fields = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in {"model name", "flags", "Features", "CPU part"} and key not in fields:
-                fields[key] = value.strip()
-    except OSError:
-        pass
+    keys = {"model name", "flags", "Features", "CPU part"}
+    fields = {k: v for k, v in cpuinfo_fields().items() if k in keys}
     return f"{platform.machine()}|{platform.processor()}|{sorted(fields.items())}"
 
 
