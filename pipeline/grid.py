@@ -22,12 +22,12 @@ from pipeline.config import ConfigError, ModelConfig, TrainConfig, build
 if TYPE_CHECKING:
     from pipeline.config import Config
 
-TRAINING_REVISION = 2
+TRAINING_REVISION = 3
 """Part of every variant's config hash (the key of the variant cache and of the resume
 state): raised when a code change alters what training computes for the same config (not
 for a refactor), so that neither hands back a variant trained by the code before it.
 1: up to the LSTM default; 2: the compiled additive-energy kernel (pipeline/models/native),
-whose rounding differs from the torch blocks'."""
+whose rounding differs from the torch blocks'; 3: the plateau rule's learning-rate floor."""
 
 _ID_AXES = ("scorer", "reverse_source", "hidden_size", "seed")
 GRID_SETTINGS = {"grid", "grid_include", "only", "allow_partial"}

@@ -47,6 +47,11 @@ class RayConfig(_Section):
     or a node label given to ``ray start --resources``, to pin work to some nodes."""
     max_concurrent_trials: int = Field(0, ge=0)
     """Upper bound on trials at once (0 = as many as resources allow)."""
+    trial_timeout_minutes: float = Field(0, ge=0)
+    """Safety net, 0 = off: a trial still training after this many minutes of wall clock
+    fails (it is reported as failed, never compared). Not a budget: how far a variant trains
+    is set by the study's step cap and plateau rule, so results do not depend on the
+    machine's speed."""
     max_failures: int = Field(1, ge=0)
     """Retries of a trial that raises before it is recorded as failed; a retry resumes
     from the trial's latest Tune checkpoint."""

@@ -97,6 +97,7 @@ class TrialSpec:
     config_hash: str
     resources: TaskResources
     resume_from: str | None = None  # URI of a Tune checkpoint left by a killed sweep
+    trial_timeout_minutes: float = 0.0  # infra.yaml ray.trial_timeout_minutes (safety net)
 
 
 @dataclass
@@ -114,7 +115,7 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
     """Ray Tune function trainable: train one variant in a scratch folder on this node,
     report every epoch with a checkpoint of that folder, then the final summary."""
     from pipeline.report.figures import dev_attention_figure
-    from pipeline.training import train_variant
+    from pipeline.training import TimeLimit, train_variant
 
     spec = specs[tune_config["variant"]]
     device = claim_device(spec.resources.gpus, spec.resources.cpus)
@@ -134,9 +135,11 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
             if done:  # trained before the driver collected its outputs: report it again
                 report(_final_report(done["summary"]))
                 return
+        timeout = spec.trial_timeout_minutes
         result = train_variant(
-            spec.variant, data, scratch, callback=report, device=device, resume=True
-        )
+            spec.variant, data, scratch, callback=report, device=device, resume=True,
+            time_limit=TimeLimit(60 * timeout, fail=True) if timeout else None,
+        )  # fmt: skip
         summary = {k: v for k, v in asdict(result).items() if k != "history"}
         summary.update(device=device, node_id=node_id())
         try:
@@ -272,7 +275,11 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         auto = resolve_auto_precision(infra, resources)
         logger.info("train.precision auto -> %s on the trials' hardware", auto)
     variants = [_with_precision(v, auto) for v in variants]
-    specs = {v.id: TrialSpec(v, v.config_hash(data_hash), resources) for v in variants}
+    timeout = infra.ray.trial_timeout_minutes
+    specs = {
+        v.id: TrialSpec(v, v.config_hash(data_hash), resources, trial_timeout_minutes=timeout)
+        for v in variants
+    }
     outcomes = {}
     for variant_id, spec in specs.items():
         folder = paths.models_dir / variant_id

@@ -12,9 +12,18 @@
 Training is evaluated on dev at every epoch end and, with ``eval_every_steps``, every N
 optimizer steps. The best checkpoint is chosen by ``train.early_stopping_metric`` (dev
 loss, or sacreBLEU of greedy decoding of the first ``dev_bleu_sentences`` dev sentences).
-Learning-rate decay (torch's ``ReduceLROnPlateau``) and early stopping (:class:`Plateau`)
-count evaluations without an improvement of more than ``min_delta``. The caller sets
-torch's threads.
+
+Every budget and stopping rule counts optimizer steps and evaluations, never seconds, so a
+variant trains the same steps to the same weights on a fast or a slow machine:
+
+- learning-rate decay (torch's ``ReduceLROnPlateau``) and the plateau (:class:`Plateau`)
+  count evaluations without an improvement of more than ``min_delta``;
+- the dev metric has plateaued (stop reason ``early_stopping``) after ``patience`` such
+  evaluations, or once the decays take the learning rate below ``min_learning_rate``;
+- ``max_steps`` is a cap: a variant stopped by it has not plateaued and is flagged.
+
+A wall-clock :class:`TimeLimit` exists only as a safety net (a trial that hangs fails) and
+for benchmarks that measure time to quality. The caller sets torch's threads.
 """
 
 from __future__ import annotations
@@ -71,6 +80,21 @@ class TrainingDivergedError(RuntimeError):
     """The loss or the gradient became NaN/inf; no checkpoint was written for it."""
 
 
+class TrainingTimeoutError(RuntimeError):
+    """A variant ran past its safety time limit: it failed (its steps are not a budget)."""
+
+
+@dataclass(frozen=True)
+class TimeLimit:
+    """Wall-clock limit of one training run, checked after every step. ``fail``: raise
+    :class:`TrainingTimeoutError` (the study's safety net: the variant is marked failed,
+    never compared); otherwise stop with stop reason ``time_limit`` (benchmarks that
+    measure quality against time). Not a study budget: the study's budgets are steps."""
+
+    seconds: float
+    fail: bool = True
+
+
 @dataclass
 class TrainResult:
     variant_id: str
@@ -84,11 +108,11 @@ class TrainResult:
     tokens_per_s: float  # real target tokens per second of training steps
     parameter_count: int
     precision: str  # resolved train.precision: fp32 | bf16
-    stop_reason: str  # max_epochs | early_stopping | max_steps | time_budget
+    stop_reason: str  # early_stopping (plateau) | max_steps (the cap) | max_epochs | time_limit
     history: list[dict[str, float]]
     resumed_at_step: int = 0  # step of the resume state this run continued from (0: none)
     evaluations: int = 0  # dev evaluations (rows of the history)
-    plateaued: bool = False  # stopped by early stopping: the dev metric had plateaued
+    plateaued: bool = False  # stopped by the plateau rule (stop reason early_stopping)
     energy_kernel: str = "unused"  # additive scorer: what additive_energy() runs, native | torch
 
 
@@ -196,9 +220,13 @@ def train_variant(
     callback: Callable[[dict[str, Any]], None] | None = None,
     device: str | torch.device = "cpu",
     resume: bool = True,
+    time_limit: TimeLimit | None = None,
+    step_hook: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Train ``variant`` on ``data`` (or the ``data/tok`` folder it names) into ``out_dir``;
-    ``callback(row)`` after each evaluation, once its files in ``out_dir`` are written."""
+    ``callback(row)`` after each evaluation, once its files in ``out_dir`` are written;
+    ``step_hook(step)`` after each optimizer step (benchmarks and tests); ``time_limit``:
+    see :class:`TimeLimit`."""
     tune_allocator()  # large tensors reused from the heap, not mapped anew each step
     size_primitive_cache()  # every bf16 product shape's oneDNN primitive kept, not rebuilt
     energy_kernel = "unused"
@@ -211,6 +239,7 @@ def train_variant(
     if not isinstance(data, TokenizedData):
         data = TokenizedData.load(data)
     trainer = _Trainer(variant, data, out_dir, callback, device)
+    trainer.time_limit, trainer.step_hook = time_limit, step_hook
     if not (resume and trainer.restore()):
         write_json(
             VariantFiles(out_dir).config,
@@ -326,6 +355,8 @@ class _Trainer:
         self.progress = Progress()
         self._wall_base, self._session_start = 0.0, time.perf_counter()
         self.resumed_at_step = 0
+        self.time_limit: TimeLimit | None = None
+        self.step_hook: Callable[[int], None] | None = None
 
     # ------------------------------------------------------------------ training
     def run(self) -> None:
@@ -356,6 +387,8 @@ class _Trainer:
             self._train_step(batch.to(self.device))
             p.batch_position = position + 1
             bar.update()
+            if self.step_hook is not None:
+                self.step_hook(p.step)
             if self._budget_spent():
                 return False
             if every and p.step % every == 0 and p.batch_position < len(batches):
@@ -397,11 +430,18 @@ class _Trainer:
         self.progress.count(loss_sum=math.fsum(values[0]))
 
     def _budget_spent(self) -> bool:
-        p, cfg = self.progress, self.cfg
+        """The step cap (counted, so the same on every machine), then the safety limit."""
+        p, cfg, limit = self.progress, self.cfg, self.time_limit
         if cfg.max_steps and p.step >= cfg.max_steps:
             p.stop_reason = "max_steps"
-        elif cfg.time_budget_minutes and self._wall_time() >= 60 * cfg.time_budget_minutes:
-            p.stop_reason = "time_budget"
+        elif limit is not None and self._wall_time() >= limit.seconds:
+            if limit.fail:
+                raise TrainingTimeoutError(
+                    f"variant {self.variant.id}: still training after {limit.seconds / 60:.1f} "
+                    f"minutes (step {p.step}), past the safety limit (infra.yaml "
+                    "ray.trial_timeout_minutes); marked failed"
+                )
+            p.stop_reason = "time_limit"
         return bool(p.stop_reason)
 
     # ------------------------------------------------------------------ evaluation
@@ -455,7 +495,12 @@ class _Trainer:
         if self.scheduler is not None:
             self.scheduler.step(value)
         self.plateau.update(value)
+        floor = self.cfg.min_learning_rate
         if not p.stop_reason and self.plateau.exhausted:
+            p.stop_reason = "early_stopping"
+        elif not p.stop_reason and floor and self._learning_rate() < floor:
+            logger.info("%s: learning rate %.3g below min_learning_rate %.3g: plateaued",
+                        self.variant.id, self._learning_rate(), floor)  # fmt: skip
             p.stop_reason = "early_stopping"
         if end_of_epoch and not p.stop_reason:
             if p.epoch >= self.cfg.max_epochs:

@@ -58,6 +58,27 @@ def test_train_length_cut_and_cap_apply_to_train_only():
     assert len(split.train) == 500 and split.dropped_train_long > 0 and split.dropped_train_cap > 0
 
 
+def test_buckets_beyond_the_cut_may_give_all_their_sentences_to_test():
+    """Pairs longer than max_train_words cannot train, so a bucket beyond the cut may fill
+    its test quota from all of it, where an in-range bucket gives at most half; dev stays
+    inside the training lengths and disjoint from test."""
+    pairs = synthetic_pairs(1500, seed=5, max_words=75)
+    words = lambda s: len(s.split())  # noqa: E731
+    sizes = np.bincount([length_bucket(words(s), 10, 6) for s, _ in pairs], minlength=6)
+    rare = int(np.argmax(np.arange(6) >= 3))  # first bucket beyond a 30-word cut
+    wanted = int(sizes[rare] * 0.8)  # more than half of it
+    config = CONFIG.model_copy(
+        update={"max_train_words": 30, "test_min_per_bucket": wanted, "test_size": 6 * wanted}
+    )
+    split = split_pairs(pairs, config)
+    test = np.bincount([length_bucket(words(s), 10, 6) for s, _ in split.test], minlength=6)
+    assert sizes[rare] >= test[rare] >= wanted > sizes[rare] // 2
+    assert all(test[b] <= sizes[b] // 2 for b in range(3))  # in range: half at most
+    assert max(words(s) for s, _ in split.dev) <= 30
+    assert not {s for s, _ in split.dev} & {s for s, _ in split.test}
+    assert split.dropped_train_long == sum(sizes[3:]) - sum(test[3:])
+
+
 def test_too_small_corpus_is_a_clear_error():
     with pytest.raises(SplitError, match="corpus has 100 distinct source sentences"):
         split_pairs(synthetic_pairs(100), CONFIG)

@@ -192,10 +192,50 @@ def test_result_names_the_energy_implementation_that_trained(
     assert other.energy_kernel == "unused"
 
 
-def test_time_budget_stops_cleanly(make_variant, tiny_tok_dir, tmp_path):
-    result = train_variant(make_variant(time_budget_minutes=1e-9), tiny_tok_dir, tmp_path)
-    assert result.stop_reason == "time_budget" and result.steps == 1
+def test_safety_time_limit_fails_the_variant(make_variant, tiny_tok_dir, tmp_path):
+    """The study's wall-clock limit is a safety net: past it the variant fails (its steps
+    are never a budget), with a message naming the variant and the infra key."""
+    limit = training.TimeLimit(seconds=1e-9, fail=True)
+    with pytest.raises(training.TrainingTimeoutError, match="additive-rev-h32-s1: .*safety"):
+        train_variant(make_variant(), tiny_tok_dir, tmp_path, time_limit=limit)
+
+
+def test_benchmark_time_limit_stops_with_its_own_reason(make_variant, tiny_tok_dir, tmp_path):
+    limit = training.TimeLimit(seconds=1e-9, fail=False)
+    result = train_variant(make_variant(), tiny_tok_dir, tmp_path, time_limit=limit)
+    assert result.stop_reason == "time_limit" and result.steps == 1 and not result.plateaued
     assert (tmp_path / "checkpoint.pt").exists()
+
+
+def test_a_slow_machine_trains_the_same_steps_and_weights(make_variant, tiny_tok_dir, tmp_path):
+    """Budgets count steps and evaluations: a trial slowed down on purpose (a sleep after
+    every step) stops at the same step, by the same rule, with the same weights."""
+    import time
+
+    variant = make_variant("general", max_epochs=50, eval_every_steps=2, patience=2,
+                           min_delta=0.05, max_steps=40)  # fmt: skip
+    fast = train_variant(variant, tiny_tok_dir, tmp_path / "fast")
+    slow = train_variant(variant, tiny_tok_dir, tmp_path / "slow",
+                         step_hook=lambda step: time.sleep(0.02))  # fmt: skip
+    assert slow.wall_time_s > fast.wall_time_s + 0.02 * fast.steps * 0.9  # it was slower
+    assert (slow.steps, slow.stop_reason) == (fast.steps, fast.stop_reason)
+    _same_history(fast.history, slow.history)
+    _same_weights(tmp_path / "fast" / "checkpoint.pt", tmp_path / "slow" / "checkpoint.pt")
+
+
+def test_learning_rate_floor_counts_as_a_plateau(
+    make_variant, tiny_tok_dir, tmp_path, monkeypatch
+):
+    """min_learning_rate: once the decays take the rate below it, the variant has
+    plateaued, before ``patience`` runs out."""
+    losses = iter([2.0, 1.0, 1.5, 1.4, 1.3, 1.2, 1.1, 0.5])
+    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    variant = make_variant(max_epochs=10, patience=5, lr_patience=0, lr_decay=0.5,
+                           min_learning_rate=0.003)  # fmt: skip
+    result = train_variant(variant, tiny_tok_dir, tmp_path)
+    # lr 0.01 -> 0.005 (epoch 3 bad) -> 0.0025 (epoch 4 bad) < 0.003: stop after epoch 4
+    assert result.stop_reason == "early_stopping" and result.plateaued
+    assert result.epochs_run == 4 and result.best_epoch == 2
 
 
 def test_plateau_decays_learning_rate_then_stops_early(

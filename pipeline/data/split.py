@@ -4,12 +4,15 @@
   dev or test source sentence appears in train.
 - The test set is stratified by source length in words: buckets of ``bucket_width``
   words (1-10, 11-20, ..., the last open-ended, 51+ with the defaults). Every bucket
-  first gets ``test_min_per_bucket`` sentences (at most half of what it holds), and
-  the rest of ``test_size`` is shared in proportion to bucket sizes. That makes BLEU
-  per bucket meaningful even for the rare long sentences.
-- Dev is a uniform sample of what is left; train is the rest, optionally cut to
-  ``max_train_words`` source words (Bahdanau et al. 2014's RNNsearch-30/50) and
-  ``max_train_pairs`` pairs.
+  first gets ``test_min_per_bucket`` sentences, and the rest of ``test_size`` is shared
+  in proportion to bucket sizes. A bucket inside the training lengths gives at most half
+  of what it holds; a bucket wholly beyond ``max_train_words`` (whose pairs the cut takes
+  out of training anyway) may give all of it. That makes BLEU per bucket meaningful even
+  for the rare long sentences, without taking them from training.
+- Dev is a uniform sample of what is left inside the training lengths (model selection
+  sees the lengths training sees); train is the rest, cut to ``max_train_words`` source
+  words (Bahdanau et al. 2014's RNNsearch-30/50) and ``max_train_pairs`` pairs. Long
+  pairs beyond the test quotas are used nowhere.
 """
 
 from __future__ import annotations
@@ -50,8 +53,16 @@ def bucket_label(index: int, width: int, count: int) -> str:
     return f"{low}+" if index == count - 1 else f"{low}-{low + width - 1}"
 
 
+def beyond_cut(index: int, config: SplitConfig) -> bool:
+    """True if every sentence of bucket ``index`` is longer than ``max_train_words``."""
+    cut = config.max_train_words
+    return cut is not None and index * config.bucket_width + 1 > cut
+
+
 def _test_quotas(sizes: np.ndarray, config: SplitConfig) -> np.ndarray:
-    floors = np.minimum(config.test_min_per_bucket, sizes // 2)
+    beyond = np.array([beyond_cut(b, config) for b in range(len(sizes))], dtype=bool)
+    available = np.where(beyond, sizes, sizes // 2)  # in range: half stays for train/dev
+    floors = np.minimum(config.test_min_per_bucket, available)
     short = np.flatnonzero(floors < config.test_min_per_bucket)
     for index in short:
         logger.warning(
@@ -62,7 +73,7 @@ def _test_quotas(sizes: np.ndarray, config: SplitConfig) -> np.ndarray:
             config.test_min_per_bucket,
         )
     rest = max(config.test_size - int(floors.sum()), 0)
-    spare = sizes // 2 - floors
+    spare = available - floors
     share = np.floor(rest * sizes / max(sizes.sum(), 1)).astype(int)
     return floors + np.minimum(share, spare)
 
@@ -90,6 +101,16 @@ def split_pairs(pairs: list[tuple[str, str]], config: SplitConfig) -> Split:
         ]
     )
     remaining = np.setdiff1d(np.arange(len(sources)), test_groups)
+    long = 0
+    if config.max_train_words is not None:  # dev and train: inside the training lengths
+        inside = words[remaining] <= config.max_train_words
+        long = sum(len(groups[sources[g]]) for g in remaining[~inside])
+        remaining = remaining[inside]
+    if len(remaining) < config.dev_size + 1:
+        raise SplitError(
+            f"fetch.split: {len(remaining)} source sentences of at most max_train_words = "
+            f"{config.max_train_words} words are left after the test set; dev_size needs more"
+        )
     dev_groups = rng.choice(remaining, size=min(config.dev_size, len(remaining) - 1), replace=False)
     train_groups = np.setdiff1d(remaining, dev_groups)
 
@@ -97,10 +118,6 @@ def split_pairs(pairs: list[tuple[str, str]], config: SplitConfig) -> Split:
         return [pairs[i] for g in np.sort(group_ids) for i in groups[sources[g]]]
 
     train = collect(train_groups)
-    long = 0
-    if config.max_train_words is not None:
-        kept = [p for p in train if len(p[0].split()) <= config.max_train_words]
-        long, train = len(train) - len(kept), kept
     capped = 0
     if config.max_train_pairs is not None and len(train) > config.max_train_pairs:
         keep = np.sort(rng.choice(len(train), size=config.max_train_pairs, replace=False))
