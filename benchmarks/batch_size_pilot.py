@@ -23,7 +23,7 @@ import torch
 
 from pipeline.config import load_config
 from pipeline.grid import Variant
-from pipeline.training import train_variant
+from pipeline.training import TimeLimit, train_variant
 
 logger = logging.getLogger("benchmarks.batch_size_pilot")
 
@@ -50,13 +50,16 @@ def main() -> None:
                 "batch_tokens": batch_tokens,
                 "max_epochs": args.epochs,
                 "patience": 99,
-                "time_budget_minutes": args.minutes,
+                "max_steps": 0,
+                "min_learning_rate": 0,
                 "precision": args.precision or config.train.precision,
             }
         )
         variant = Variant(f"pilot-bt{batch_tokens}", model, train, {})
         with tempfile.TemporaryDirectory() as out_dir:
-            result = train_variant(variant, Path(args.tok), Path(out_dir), resume=False)
+            limit = TimeLimit(60 * args.minutes, fail=False) if args.minutes else None
+            result = train_variant(variant, Path(args.tok), Path(out_dir), resume=False,
+                                   time_limit=limit)  # fmt: skip
         last = result.history[-1]
         rows.append(
             (batch_tokens, result.steps, last["dev_loss"], last["dev_bleu"], last["tokens_per_s"])

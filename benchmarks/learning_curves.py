@@ -73,9 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     config = load_config(args.params)
     variants = {v.id: v for v in expand_grid(config)}
     chosen = [_variant(variants, i) for i in args.ids] if args.ids else list(variants.values())
-    overrides = {"max_steps": args.steps, "patience": 10**6, "max_epochs": 10**4}
-    if "time_budget_minutes" in type(config.train).model_fields:
-        overrides["time_budget_minutes"] = 0
+    overrides = {"max_steps": args.steps, "patience": 10**6, "max_epochs": 10**4,
+                 "min_learning_rate": 0}  # fmt: skip
     if args.dev_bleu_sentences:
         overrides["dev_bleu_sentences"] = args.dev_bleu_sentences
     if args.eval_every:

@@ -64,7 +64,7 @@ def worker(spec: dict[str, Any]) -> None:
     from benchmarks.workloads import study_variant
     from pipeline.config import load_config
     from pipeline.models.precision import resolve
-    from pipeline.training import train_variant
+    from pipeline.training import TimeLimit, train_variant
 
     torch.set_num_threads(1)
     config = load_config(ROOT / "params.yaml")
@@ -73,7 +73,8 @@ def worker(spec: dict[str, Any]) -> None:
         "hidden_size": 256,
         "max_epochs": 1000,
         "patience": 1000,
-        "time_budget_minutes": spec["minutes"],
+        "max_steps": 0,
+        "min_learning_rate": 0,
         "precision": resolve(config.train.precision, "cpu"),
         **spec.get("overrides", {}),
     }
@@ -85,7 +86,8 @@ def worker(spec: dict[str, Any]) -> None:
     probes = spec.get("probes")
     with tempfile.TemporaryDirectory(prefix="ttq-") as folder:
         with probed(probes["every"], probes["until"]) if probes else contextlib.nullcontext():
-            result = train_variant(variant, ROOT / "data" / "tok", Path(folder), callback=report)
+            result = train_variant(variant, ROOT / "data" / "tok", Path(folder), callback=report,
+                                   time_limit=TimeLimit(60 * spec["minutes"], fail=False))
     print(json.dumps({"tokens_per_s": result.tokens_per_s, "steps": result.steps}), flush=True)
 
 

@@ -77,7 +77,7 @@ def test_an_unusable_tracking_uri_is_one_line_naming_the_setting(tmp_path):
         ({"stop_reason": "max_epochs", "best_epoch": 3, "epochs_run": 3}, True),
         ({"stop_reason": "max_epochs", "best_epoch": 2, "epochs_run": 3}, True),  # no plateau
         ({"stop_reason": "early_stopping", "best_epoch": 3, "epochs_run": 6}, False),
-        ({"stop_reason": "time_budget", "best_epoch": 4, "epochs_run": 4}, True),
+        ({"stop_reason": "max_steps", "best_epoch": 4, "epochs_run": 4}, True),
     ],
 )
 def test_still_improving_means_stopped_by_a_budget_at_its_best_epoch(summary, expected):

@@ -1,0 +1,128 @@
+"""The study's statistics: BLEU from sentence statistics, interval coverage with seeds and
+sentences, equivalence, minimal detectable effect, Holm."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sacrebleu.metrics import BLEU
+
+from pipeline.statistics import (
+    Contrast,
+    ContrastEstimator,
+    Estimate,
+    Resampler,
+    Term,
+    bleu_from_stats,
+    corpus_bleu,
+    holm,
+    mde,
+    sentence_stats,
+)
+
+WORDS = "el la de que y en un una los las por con para es su al lo como más pero".split()
+
+
+def _sentences(rng, count, noise):
+    refs = [" ".join(rng.choice(WORDS, rng.integers(3, 15))) for _ in range(count)]
+    hyps = []
+    for ref in refs:
+        tokens = [w if rng.random() > noise else str(rng.choice(WORDS)) for w in ref.split()]
+        hyps.append(" ".join(tokens[: max(1, len(tokens) - int(rng.integers(0, 3)))]))
+    return hyps, refs
+
+
+@pytest.mark.parametrize("noise", [0.1, 0.5, 0.95])
+def test_bleu_from_sentence_stats_is_sacrebleus_corpus_bleu(noise):
+    rng = np.random.default_rng(3)
+    hyps, refs = _sentences(rng, 60, noise)
+    stats = sentence_stats(hyps, refs, "es")
+    expected = BLEU(trg_lang="es").corpus_score(hyps, [refs]).score
+    assert corpus_bleu(stats) == pytest.approx(expected, abs=1e-9)
+    rows = np.arange(0, 60, 7)  # a subset, as buckets use
+    subset = BLEU(trg_lang="es").corpus_score([hyps[i] for i in rows], [[refs[i] for i in rows]])
+    assert corpus_bleu(stats, rows) == pytest.approx(subset.score, abs=1e-9)
+
+
+def test_bleu_of_a_hypothesis_with_no_four_gram_match_is_smoothed_as_sacrebleu():
+    hyps, refs = ["a b c d e"], ["a b c x e f"]
+    expected = BLEU().corpus_score(hyps, [refs]).score
+    assert expected > 0
+    assert float(bleu_from_stats(sentence_stats(hyps, refs).sum(0))) == pytest.approx(expected)
+
+
+def _mean_metric(totals):
+    return totals[..., 0] / totals[..., 1]
+
+
+def _simulate(rng, effect, seeds, sentences, seed_sd):
+    """Two systems, ``seeds`` twins each: sentence score = difficulty + system effect +
+    a per-seed training offset + noise; the metric is the mean score (stats: sum, count)."""
+    difficulty = rng.normal(0, 1, sentences)
+    stats, a, b = {}, {}, {}
+    for s in range(seeds):
+        for name, shift, table in (("a", effect, a), ("b", 0.0, b)):
+            score = difficulty + shift + rng.normal(0, seed_sd) + rng.normal(0, 1, sentences)
+            stats[f"{name}{s}"] = np.stack([score, np.ones(sentences)], axis=1)
+            table[s] = f"{name}{s}"
+    contrast = Contrast("a - b", (Term(1.0, a, "all"), Term(-1.0, b, "all")))
+    return stats, contrast
+
+
+def test_intervals_cover_a_known_effect_with_seed_and_sentence_variance():
+    """95% intervals over 3 seeds and resampled sentences cover the true effect about 95%
+    of the time; intervals from the sentences alone (one seed's view) cover far less."""
+    rng = np.random.default_rng(0)
+    covered, covered_test_only, runs = 0, 0, 300
+    for _ in range(runs):
+        stats, contrast = _simulate(rng, effect=0.3, seeds=3, sentences=400, seed_sd=0.15)
+        resampler = Resampler(np.zeros(400, dtype=int), replicates=200, seed=int(rng.integers(1e9)))
+        estimate = ContrastEstimator(stats, {"all": np.arange(400)}, resampler,
+                                     metric=_mean_metric).estimate(contrast)  # fmt: skip
+        covered += estimate.low <= 0.3 <= estimate.high
+        half = 1.96 * estimate.se_test
+        covered_test_only += estimate.estimate - half <= 0.3 <= estimate.estimate + half
+    assert 0.90 <= covered / runs <= 0.99
+    assert covered_test_only / runs < 0.85
+
+
+def test_a_real_effect_is_found_and_no_effect_is_rarely_called_significant():
+    rng = np.random.default_rng(1)
+    significant = {0.0: 0, 0.6: 0}
+    for effect in significant:
+        for _ in range(100):
+            stats, contrast = _simulate(rng, effect, seeds=3, sentences=400, seed_sd=0.05)
+            resampler = Resampler(np.zeros(400, dtype=int), 200, int(rng.integers(1e9)))
+            estimate = ContrastEstimator(stats, {"all": np.arange(400)}, resampler,
+                                         metric=_mean_metric).estimate(contrast)  # fmt: skip
+            significant[effect] += estimate.p < 0.05
+    assert significant[0.0] <= 10  # about 5% false positives
+    assert significant[0.6] >= 80  # and power where the MDE says there is
+
+
+def _estimate(mean, se, df=1e6, seeds=3):
+    return Estimate("x", mean, {}, se, se, 0.0, df, mean - 1.96 * se, mean + 1.96 * se,
+                    0.5, mde(se, df), seeds)  # fmt: skip
+
+
+def test_equivalence_needs_the_whole_interval_inside_the_margin():
+    assert _estimate(0.1, 0.2).tost(margin=1.0) < 0.05  # shown to be within +-1
+    assert _estimate(0.1, 2.0).tost(margin=1.0) > 0.05  # too uncertain to say
+    assert _estimate(1.5, 0.1).tost(margin=1.0) > 0.5  # clearly outside
+
+
+def test_minimal_detectable_effect_is_the_t_quantiles_times_the_standard_error():
+    assert mde(1.0, 1e6) == pytest.approx(1.95996 + 0.84162, abs=1e-4)
+    assert mde(1.0, 2) > mde(1.0, 1e6) * 1.8  # two degrees of freedom cost a lot
+
+
+def test_one_seed_has_no_training_variance_and_says_so():
+    rng = np.random.default_rng(2)
+    stats, contrast = _simulate(rng, 0.3, seeds=1, sentences=200, seed_sd=0.3)
+    estimate = ContrastEstimator(stats, {"all": np.arange(200)}, Resampler(np.zeros(200), 100, 1),
+                                 metric=_mean_metric).estimate(contrast)  # fmt: skip
+    assert estimate.seeds == 1 and estimate.se_seed == 0.0
+
+
+def test_holm_adjusts_in_order():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
