@@ -17,9 +17,21 @@ SWEEP_FILE = "sweep.json"
 (nothing about the run that made them: a rerun that trains nothing rewrites it as is)."""
 EVAL_SUMMARY = "summary.json"
 """``eval/summary.json``: headline numbers of every variant, failed ones, signature."""
-SIGNIFICANCE = "significance.csv"
+FINDINGS = "findings.json"
+"""``eval/findings.json``: each finding's parts, estimates and verdict, per decoding; the
+reference ("best") scorer chosen on dev."""
+COMPARISONS = "comparisons.csv"
+"""``eval/comparisons.csv``: every contrast (primary, equivalence, exploratory) with its
+seed-aware interval, p-values and MDE, per decoding."""
+RANKING = "ranking.csv"
+"""``eval/ranking.csv``: the scorers at the findings' configuration, mean test BLEU over
+seeds with intervals, per decoding."""
+SENTENCE_STATS = "sentence_stats.npz"
+"""``eval/<variant>/sentence_stats.npz``: sacreBLEU's per-sentence statistics, one array
+per decoding (``beam``, ``greedy``)."""
+GREEDY_HYPOTHESES = "hypotheses_greedy.txt"
+"""``eval/<variant>/hypotheses_greedy.txt``: greedy translations (``hypotheses.txt``: beam)."""
 LEARNING_CURVES = "learning_curves.csv"  # eval/: every variant's history.csv, stacked
-"""``eval/significance.csv``: paired comparisons (scorer vs none, reversed vs forward)."""
 STUDY_TABLE = "study.csv"
 """``eval/study.csv``: one row per variant, axes, test scores and training summary."""
 METRICS_FILE = "test.json"

@@ -7,12 +7,17 @@ Outputs (``eval/``, swapped in whole when everything succeeded):
   ``by_length.csv``, ``attention.npz`` + ``attention.json`` (example matrices in
   original source order, with their subword pieces).
 - ``summary.json``: every variant's headline numbers, failed variants, the sacreBLEU
-  signature and the attention example ids; ``significance.csv``: sacreBLEU's paired
-  tests of twins (vs ``none``, reversed vs forward, vs the best scorer, additive vs
-  general) with Holm-adjusted p; ``learning_curves.csv``: every variant's history.
+  signature and the attention example ids; ``learning_curves.csv``: every variant's
+  history.
+- ``findings.json``, ``comparisons.csv``, ``ranking.csv``: the study's findings under beam
+  search and under greedy decoding (:mod:`pipeline.findings`), every contrast with its
+  seed-aware interval, p-values and MDE, and the scorers ranked with intervals. Each
+  variant's folder also holds ``sentence_stats.npz`` (sacreBLEU's per-sentence statistics
+  of both decodings) and ``hypotheses_greedy.txt``.
 
-And for DVC (``metrics_dir``, default ``metrics/``): ``test.json``, a dozen headline
-numbers (best test BLEU per scorer, mean paired gains; the columns of ``dvc exp show``);
+And for DVC (``metrics_dir``, default ``metrics/``): ``test.json``, the headline numbers
+(the one "best" scorer, chosen on dev, mean test BLEU per scorer, the verdicts; the
+columns of ``dvc exp show``);
 ``bleu_by_length.csv``, the long table variant x bucket, and ``test_bleu.csv``, one row
 per variant (``dvc plots show``/``diff``).
 
@@ -28,6 +33,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +42,14 @@ import pandas as pd
 from tqdm import tqdm
 
 from pipeline.artifacts import (
+    COMPARISONS,
     EVAL_SUMMARY,
+    FINDINGS,
+    GREEDY_HYPOTHESES,
     LEARNING_CURVES,
     METRICS_FILE,
     PLOTS_FILE,
-    SIGNIFICANCE,
+    SENTENCE_STATS,
     STUDY_TABLE,
     SWEEP_FILE,
     VARIANT_PLOTS_FILE,
@@ -48,15 +57,16 @@ from pipeline.artifacts import (
     VariantFiles,
 )
 from pipeline.cluster import TaskResources, init_ray, run_tasks
-from pipeline.config import Config
+from pipeline.config import Config, EvaluateConfig
 from pipeline.data.fetch import read_tsv_pairs
 from pipeline.data.tokenized import TokenizedData
 from pipeline.decoding import DecodeSpec, attention_example_indices, decode_variant
-from pipeline.evaluation import Buckets, Scorer, holm, score_system
+from pipeline.evaluation import Buckets, Scorer, score_system
 from pipeline.infra import Infra
 from pipeline.io import atomic_dir, atomic_path, write_json, write_text
+from pipeline.statistics import sentence_stats
+from pipeline.study_findings import StudyFindings, study_findings
 from pipeline.tracking import Tracker, experiment_key, training_summary
-from pipeline.twins import twins
 
 logger = logging.getLogger(__name__)
 
@@ -78,34 +88,12 @@ def load_sweep(models_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _comparisons(trained: dict[str, dict], bleu: dict[str, float]) -> list[tuple[str, str, str]]:
-    """(kind, variant, baseline) pairs of twins (:mod:`pipeline.twins`): each scorer vs
-    its ``none`` twin, reversed vs forward, each other attention scorer vs the best
-    scorer's twin (the ranking), and additive vs general (Britz et al. 2017)."""
-    pairs = [("vs_none", v, b) for v, b in twins(trained, "scorer", "none")]
-    pairs += [("reversed_vs_forward", v, b) for v, b in twins(trained, "reverse_source", False)]
-    best = best_scorer(trained, bleu)
-    duel = {"additive", "general"}
-    if best is not None:
-        others = lambda s: s != "none" and not ({s, best} == duel)  # noqa: E731
-        pairs += [("vs_best", v, b) for v, b in twins(trained, "scorer", best, others)]
-    pairs += [
-        ("additive_vs_general", v, b) for v, b in twins(trained, "scorer", "general", "additive")
-    ]
-    return pairs
-
-
-def best_scorer(trained: dict[str, dict], bleu: dict[str, float]) -> str | None:
-    """The attention scorer with the highest mean test BLEU over its variants."""
-    means = (
-        pd.DataFrame(
-            [{"scorer": trained[i]["model"]["scorer"], "bleu": b} for i, b in bleu.items()]
-        )
-        .query("scorer != 'none'")
-        .groupby("scorer")
-        .bleu.mean()
-    )
-    return None if means.empty else str(means.idxmax())
+def _decodings(config: Config) -> dict[str, EvaluateConfig]:
+    """The decodings the findings are judged under: ``beam`` (``evaluate.beam_size``, the
+    headline numbers) and ``greedy``; only ``greedy`` when the beam size is 1."""
+    if config.evaluate.beam_size == 1:
+        return {"greedy": config.evaluate}
+    return {"beam": config.evaluate, "greedy": config.evaluate.model_copy(update={"beam_size": 1})}
 
 
 def _metric_name(bucket: str) -> str:
@@ -155,18 +143,37 @@ def evaluate(
         )
         for variant_id in trained
     }
+    decodings = _decodings(config)
+    greedy_specs = {
+        f"{i}@greedy": replace(spec, evaluate=decodings["greedy"], examples=())
+        for i, spec in specs.items()
+    } if "beam" in decodings else {}  # fmt: skip
     init_ray(infra.ray)
-    decoded = run_tasks(decode_variant, specs, resources, "decode test", (data,))
+    decoded = run_tasks(decode_variant, {**specs, **greedy_specs}, resources, "decode test",
+                        (data,))  # fmt: skip
+    main = "beam" if "beam" in decodings else "greedy"
+    outputs = {main: {i: decoded[i].hypotheses for i in trained}}
+    if greedy_specs:
+        outputs["greedy"] = {i: decoded[f"{i}@greedy"].hypotheses for i in trained}
     with atomic_dir(out_dir) as tmp:
-        for variant_id, result in decoded.items():
-            result.write(tmp / variant_id)
         scorer = Scorer(_target_language(raw_dir), seed=config.evaluate.bootstrap_seed)
-        metrics = {}
+        metrics, stats = {}, {name: {} for name in outputs}
         for variant_id in tqdm(trained, desc="score test", unit="variant"):
-            hypotheses = decoded[variant_id].hypotheses
+            decoded[variant_id].write(tmp / variant_id)
+            files = EvalFiles(tmp / variant_id)
+            for name, hypotheses in outputs.items():
+                stats[name][variant_id] = sentence_stats(
+                    hypotheses[variant_id], references, scorer.target_language
+                )
+            if "greedy" in outputs and main != "greedy":
+                write_text(files.folder / GREEDY_HYPOTHESES,
+                           "".join(h.replace("\n", " ") + "\n"
+                                   for h in outputs["greedy"][variant_id]))  # fmt: skip
+            with atomic_path(files.folder / SENTENCE_STATS) as path, open(path, "wb") as handle:
+                np.savez_compressed(handle, **{n: stats[n][variant_id] for n in outputs})
             result = score_system(
                 scorer,
-                hypotheses,
+                outputs[main][variant_id],
                 references,
                 source_words,
                 buckets,
@@ -175,20 +182,17 @@ def evaluate(
             )
             result.update(decoded[variant_id].stats)
             result["beam_size"] = config.evaluate.beam_size
-            files = EvalFiles(tmp / variant_id)
             write_json(files.metrics, result)
             pd.DataFrame(result["by_length"]).to_csv(files.by_length, index=False)
             metrics[variant_id] = result
-        hypotheses = {i: decoded[i].hypotheses for i in trained}
-        bleu = {i: m["bleu"] for i, m in metrics.items()}
-        significance = _significance(scorer, trained, hypotheses, references, bleu, config)
-        significance.to_csv(tmp / SIGNIFICANCE, index=False)
+        study = study_findings(config, sweep, trained, stats, source_words, buckets, main)
+        study.write(tmp)
         learning_curves(models_dir, trained).to_csv(tmp / LEARNING_CURVES, index=False)
         key = eval_key(config, trained, test_sha)
         summary = _summary(tmp, metrics, sweep, examples, key)
         table = study_table(sweep, summary)
         table.to_csv(tmp / STUDY_TABLE, index=False)
-    write_json(metrics_dir / METRICS_FILE, headline(table, significance))
+    write_json(metrics_dir / METRICS_FILE, headline(table, study))
     rows = [{"variant": i, **entry} for i, r in metrics.items() for entry in r["by_length"]]
     with atomic_path(metrics_dir / PLOTS_FILE) as path:
         pd.DataFrame(rows).to_csv(path, index=False)
@@ -215,39 +219,6 @@ def _target_language(raw_dir: Path) -> str | None:
     if corpus.is_file():
         return json.loads(corpus.read_text()).get("source", {}).get("target_language")
     return None
-
-
-def _significance(scorer, trained, hypotheses, references, bleu, config) -> pd.DataFrame:
-    """Every comparison of :func:`_comparisons` with sacreBLEU's paired approximate
-    randomization and paired bootstrap tests, and Holm-adjusted AR p-values over all of
-    them (the family is every comparison the study reports)."""
-    pairs = _comparisons(trained, bleu)
-    by_baseline: dict[str, list[str]] = {}
-    for _, variant_id, baseline in pairs:
-        by_baseline.setdefault(baseline, []).append(variant_id)
-    results: dict[tuple[str, str], dict[str, float]] = {}
-    for baseline, variants in tqdm(by_baseline.items(), desc="paired tests", unit="baseline"):
-        systems = {v: hypotheses[v] for v in dict.fromkeys(variants)}
-        same = {v for v, h in systems.items() if h == hypotheses[baseline]}
-        tested = scorer.paired_tests(
-            references,
-            (baseline, hypotheses[baseline]),
-            {v: h for v, h in systems.items() if v not in same},
-            ar_trials=config.evaluate.ar_trials,
-            bootstrap_samples=config.evaluate.bootstrap_samples,
-        )
-        for variant_id in same:  # sacreBLEU's tests give p ~ 0 for identical outputs
-            tested[variant_id] = {"bleu": bleu[variant_id], "baseline_bleu": bleu[baseline],
-                                  "delta": 0.0, "p_ar": 1.0, "p_bs": 1.0}  # fmt: skip
-        results.update({(v, baseline): r for v, r in tested.items()})
-    rows = [
-        {"comparison": kind, "variant": v, "baseline": b, **results[(v, b)]} for kind, v, b in pairs
-    ]
-    columns = ["comparison", "variant", "baseline", "bleu", "baseline_bleu", "delta",
-               "p_ar", "p_bs", "p_holm"]  # fmt: skip
-    table = pd.DataFrame(rows, columns=columns[:-1])
-    table["p_holm"] = holm(table.p_ar.tolist())
-    return table
 
 
 def learning_curves(models_dir: Path, trained: dict[str, dict]) -> pd.DataFrame:
@@ -298,29 +269,33 @@ def study_table(sweep: dict, summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def headline(table: pd.DataFrame, significance: pd.DataFrame) -> dict[str, Any]:
-    """``metrics/test.json``: the numbers ``dvc exp show`` lists as columns. Best test BLEU
-    per scorer (over the other axes) and the mean paired gains: each scorer over its
-    ``none`` twins, reversal over forward (no-attention and attention twins)."""
+def headline(table: pd.DataFrame, study: StudyFindings) -> dict[str, Any]:
+    """``metrics/test.json``: the numbers ``dvc metrics show`` and ``dvc exp show`` list, and
+    the ones the report and README quote: the one "best" scorer (chosen on dev), each
+    scorer's mean test BLEU over seeds at the findings' configuration (inside the
+    training lengths and on all of test), and each finding's verdict per decoding."""
 
     def rounded(value: float) -> float | None:
         return None if pd.isna(value) else round(float(value), 2)
 
-    done = table[table.status == "finished"]
+    ranking = study.ranking[study.main]
+    by_scorer = ranking.set_index("scorer") if len(ranking) else pd.DataFrame()
+    best = study.reference
     out: dict[str, Any] = {
-        "best_bleu": rounded(done.bleu.max()) if len(done) else None,
-        "bleu": {s: rounded(g.bleu.max()) for s, g in done.groupby("scorer", sort=False)},
+        "best": {
+            "scorer": best,
+            "chosen_on": "dev BLEU, mean over equal seeds",
+            "bleu_inside": rounded(by_scorer.loc[best, "bleu_inside"]) if best else None,
+            "bleu_all": rounded(by_scorer.loc[best, "bleu_all"]) if best else None,
+        },
+        "bleu_inside": {s: rounded(r.bleu_inside) for s, r in by_scorer.iterrows()},
+        "bleu_all": {s: rounded(r.bleu_all) for s, r in by_scorer.iterrows()},
+        "verdicts": {f.title: f.verdict for f in study.findings[study.main]},
     }
-    if len(significance):
-        scorer = significance.variant.map(dict(zip(table.variant, table.scorer)))
-        vs_none = significance[significance.comparison == "vs_none"]
-        out["gain_vs_none"] = {
-            s: rounded(g.delta.mean()) for s, g in vs_none.groupby(scorer[vs_none.index])
-        }
-        reversal = significance[significance.comparison == "reversed_vs_forward"]
-        groups = np.where(scorer[reversal.index] == "none", "none", "attention")
-        out["reversal_gain"] = {g: rounded(d.delta.mean()) for g, d in reversal.groupby(groups)}
+    if len(study.findings) > 1:
+        out["verdicts_greedy"] = {f.title: f.verdict for f in study.findings["greedy"]}
     out["failed_variants"] = int((table.status != "finished").sum())
+    out["capped_variants"] = len(study.excluded)  # stopped at the step cap: not confirmatory
     return out
 
 
@@ -404,7 +379,8 @@ def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evalu
     top = max(best, key=best.get)
     tracker.log_metrics(parent_id, {"best_test_bleu": best[top]})
     tracker.set_tags(parent_id, {"best_variant": top})
-    tracker.log_artifacts(parent_id, [out_dir / STUDY_TABLE, out_dir / SIGNIFICANCE])
+    tracker.log_artifacts(parent_id, [out_dir / STUDY_TABLE, out_dir / COMPARISONS,
+                                      out_dir / FINDINGS])  # fmt: skip
     tracker.finish(parent_id)
 
 

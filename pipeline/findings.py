@@ -79,12 +79,26 @@ class Part:
 
     def summary(self) -> dict[str, Any]:
         e = self.estimate
-        out = {"label": self.label, "claim": self.claim, "state": self.state,
-               "margin": self.margin, "p_holm": self.p_holm}  # fmt: skip
+        out = {
+            "label": self.label,
+            "claim": self.claim,
+            "state": self.state,
+            "margin": self.margin,
+            "p_holm": self.p_holm,
+        }
         if e is not None:
-            out.update(estimate=e.estimate, low=e.low, high=e.high, p=e.p, mde=e.mde,
-                       seeds=e.seeds, per_seed={str(k): v for k, v in e.per_seed.items()},
-                       se_seed=e.se_seed, se_test=e.se_test, df=e.df)  # fmt: skip
+            out.update(
+                estimate=e.estimate,
+                low=e.low,
+                high=e.high,
+                p=e.p,
+                mde=e.mde,
+                seeds=e.seeds,
+                per_seed={str(k): v for k, v in e.per_seed.items()},
+                se_seed=e.se_seed,
+                se_test=e.se_test,
+                df=e.df,
+            )
         return out
 
 
@@ -102,9 +116,14 @@ class Finding:
         return self.parts[0] if self.parts else None
 
     def summary(self) -> dict[str, Any]:
-        return {"title": self.title, "literature": self.literature, "criterion": self.criterion,
-                "verdict": self.verdict, "why": self.why,
-                "parts": [p.summary() for p in self.parts]}  # fmt: skip
+        return {
+            "title": self.title,
+            "literature": self.literature,
+            "criterion": self.criterion,
+            "verdict": self.verdict,
+            "why": self.why,
+            "parts": [p.summary() for p in self.parts],
+        }
 
 
 # ------------------------------------------------------------------------- variants
@@ -121,12 +140,21 @@ class Grid:
         best = counts[counts == counts.max()].index.max()  # most seeds, then largest size
         self.hidden_size, self.rest = (int(best[0]), best[1]) if len(counts) else (None, None)
 
-    def systems(self, scorer: str, reverse: bool = False, hidden: int | None = None,
-                confirmatory: bool = True) -> dict[int, str]:  # fmt: skip
+    def systems(
+        self,
+        scorer: str,
+        reverse: bool = False,
+        hidden: int | None = None,
+        confirmatory: bool = True,
+    ) -> dict[int, str]:
         """``{seed: variant}`` of one configuration (plateaued only when confirmatory)."""
         t = self.table
-        rows = t[(t.scorer == scorer) & (t.reverse_source == reverse)
-                 & (t.hidden_size == (hidden or self.hidden_size)) & (t.rest == self.rest)]  # fmt: skip
+        rows = t[
+            (t.scorer == scorer)
+            & (t.reverse_source == reverse)
+            & (t.hidden_size == (hidden or self.hidden_size))
+            & (t.rest == self.rest)
+        ]
         if confirmatory:
             rows = rows[rows.plateaued]
         return {int(r.seed): str(r.variant) for r in rows.itertuples()}
@@ -139,8 +167,12 @@ def choose_reference(grid: Grid) -> tuple[str | None, dict[str, float]]:
     """The attention scorer with the highest mean best dev BLEU over the seeds that every
     candidate has, at the findings' size, source forward; and the candidates' means."""
     t = grid.table
-    rows = t[(t.scorer != "none") & ~t.reverse_source & (t.hidden_size == grid.hidden_size)
-             & (t.rest == grid.rest)]  # fmt: skip
+    rows = t[
+        (t.scorer != "none")
+        & ~t.reverse_source
+        & (t.hidden_size == grid.hidden_size)
+        & (t.rest == grid.rest)
+    ]
     if rows.empty:
         return None, {}
     seeds = rows.groupby("scorer").seed.apply(set)
@@ -175,8 +207,19 @@ def declare(grid: Grid, buckets: list[str], inside: str = "inside") -> list[tupl
         "additive minus none (forward source, test sentences inside the training lengths), "
         "mean over seeds: > 0.",
     )
-    out.append((f, [("additive - none", "> 0", _contrast(
-        "attention", (1, add_f, inside), (-1, none_f, inside)), None)]))  # fmt: skip
+    out.append(
+        (
+            f,
+            [
+                (
+                    "additive - none",
+                    "> 0",
+                    _contrast("attention", (1, add_f, inside), (-1, none_f, inside)),
+                    None,
+                )
+            ],
+        )
+    )
 
     f = Finding(
         "Length",
@@ -189,12 +232,28 @@ def declare(grid: Grid, buckets: list[str], inside: str = "inside") -> list[tupl
     )
     parts = []
     if first:
-        parts.append(("none's fall minus additive's", "< 0", _contrast(
-            "length x model", (1, none_f, last), (-1, none_f, first),
-            (-1, add_f, last), (1, add_f, first)), None))  # fmt: skip
-        parts.append(("additive's change", "flat", _contrast(
-            "additive length change", (1, add_f, last), (-1, add_f, first)),
-            ("additive", first)))  # fmt: skip
+        parts.append(
+            (
+                "none's fall minus additive's",
+                "< 0",
+                _contrast(
+                    "length x model",
+                    (1, none_f, last),
+                    (-1, none_f, first),
+                    (-1, add_f, last),
+                    (1, add_f, first),
+                ),
+                None,
+            )
+        )
+        parts.append(
+            (
+                "additive's change",
+                "flat",
+                _contrast("additive length change", (1, add_f, last), (-1, add_f, first)),
+                ("additive", first),
+            )
+        )
     out.append((f, parts))
 
     f = Finding(
@@ -204,13 +263,31 @@ def declare(grid: Grid, buckets: list[str], inside: str = "inside") -> list[tupl
         "Inside the training lengths: none reversed minus forward > 0, and that gain minus "
         "additive's reversal gain > 0 (an order x model interaction).",
     )
-    out.append((f, [
-        ("none's reversal gain minus additive's", "> 0", _contrast(
-            "order x model", (1, none_r, inside), (-1, none_f, inside),
-            (-1, add_r, inside), (1, add_f, inside)), None),
-        ("none's reversal gain", "> 0", _contrast(
-            "none reversal gain", (1, none_r, inside), (-1, none_f, inside)), None),
-    ]))  # fmt: skip
+    out.append(
+        (
+            f,
+            [
+                (
+                    "none's reversal gain minus additive's",
+                    "> 0",
+                    _contrast(
+                        "order x model",
+                        (1, none_r, inside),
+                        (-1, none_f, inside),
+                        (-1, add_r, inside),
+                        (1, add_f, inside),
+                    ),
+                    None,
+                ),
+                (
+                    "none's reversal gain",
+                    "> 0",
+                    _contrast("none reversal gain", (1, none_r, inside), (-1, none_f, inside)),
+                    None,
+                ),
+            ],
+        )
+    )
 
     f = Finding(
         "Scorer",
@@ -218,8 +295,19 @@ def declare(grid: Grid, buckets: list[str], inside: str = "inside") -> list[tupl
         "attention: +0.2-0.7 BLEU (Britz et al. 2017, Table 6).",
         "additive minus general (forward, inside the training lengths), mean over seeds: > 0.",
     )
-    out.append((f, [("additive - general", "> 0", _contrast(
-        "additive vs general", (1, add_f, inside), (-1, gen_f, inside)), None)]))  # fmt: skip
+    out.append(
+        (
+            f,
+            [
+                (
+                    "additive - general",
+                    "> 0",
+                    _contrast("additive vs general", (1, add_f, inside), (-1, gen_f, inside)),
+                    None,
+                )
+            ],
+        )
+    )
 
     sizes = grid.sizes()
     f = Finding(
@@ -235,12 +323,20 @@ def declare(grid: Grid, buckets: list[str], inside: str = "inside") -> list[tupl
     parts = []
     if len(sizes) >= 2:
         small, large = sizes[0], sizes[-1]
-        parts.append(("(dot - scaled_dot) large minus small", "< 0", _contrast(
-            "size x scaling",
-            (1, grid.systems("dot", hidden=large), inside),
-            (-1, grid.systems("scaled_dot", hidden=large), inside),
-            (-1, grid.systems("dot", hidden=small), inside),
-            (1, grid.systems("scaled_dot", hidden=small), inside)), None))  # fmt: skip
+        parts.append(
+            (
+                "(dot - scaled_dot) large minus small",
+                "< 0",
+                _contrast(
+                    "size x scaling",
+                    (1, grid.systems("dot", hidden=large), inside),
+                    (-1, grid.systems("scaled_dot", hidden=large), inside),
+                    (-1, grid.systems("dot", hidden=small), inside),
+                    (1, grid.systems("scaled_dot", hidden=small), inside),
+                ),
+                None,
+            )
+        )
     out.append((f, parts))
     return out
 
@@ -278,8 +374,10 @@ def _state(part: Part, alpha: float) -> str:
     if part.claim == "flat":
         if e.tost(part.margin) < alpha:
             return "supported"
-        outside = min(scipy_stats.t.sf((e.estimate - part.margin) / e.se, e.df),
-                      scipy_stats.t.cdf((e.estimate + part.margin) / e.se, e.df))  # fmt: skip
+        outside = min(
+            scipy_stats.t.sf((e.estimate - part.margin) / e.se, e.df),
+            scipy_stats.t.cdf((e.estimate + part.margin) / e.se, e.df),
+        )
         return "contradicted" if e.se > 0 and outside < alpha else "undecided"
     if not part.p_holm < alpha:
         return "undecided"
@@ -298,8 +396,9 @@ def _decide(finding: Finding, alpha: float, levels: int) -> None:
     states = [p.state for p in finding.parts]
     if "contradicted" in states:
         finding.verdict = "disagrees"
-        finding.why = "; ".join(f"{p.label} contradicts the claim" for p in finding.parts
-                                if p.state == "contradicted")  # fmt: skip
+        finding.why = "; ".join(
+            f"{p.label} contradicts the claim" for p in finding.parts if p.state == "contradicted"
+        )
         return
     if all(s == "supported" for s in states):
         finding.verdict, finding.why = "agrees", "every part supported"
@@ -309,16 +408,19 @@ def _decide(finding: Finding, alpha: float, levels: int) -> None:
     effect = LITERATURE_EFFECT.get(finding.title, 0.0)
     if main.state == "undecided" and holm_mde > effect:
         finding.verdict = "not testable"
-        finding.why = (f"MDE {holm_mde:.2f} BLEU at the Holm level exceeds the "
-                       f"{effect:g} BLEU the literature reports")  # fmt: skip
+        finding.why = (
+            f"MDE {holm_mde:.2f} BLEU at the Holm level exceeds the "
+            f"{effect:g} BLEU the literature reports"
+        )
         return
     finding.verdict = "inconclusive"
     finding.why = "; ".join(f"{p.label}: {p.state}" for p in finding.parts)
 
 
 # ----------------------------------------------------------------------- exploratory
-def exploratory(estimator: ContrastEstimator, grid: Grid, reference: str | None,
-                inside: str = "inside") -> list[dict[str, Any]]:  # fmt: skip
+def exploratory(
+    estimator: ContrastEstimator, grid: Grid, reference: str | None, inside: str = "inside"
+) -> list[dict[str, Any]]:
     """Each attention scorer minus the reference and minus none (forward, findings size;
     unadjusted, seeds as available: one seed covers test sampling only)."""
     rows = []
@@ -330,8 +432,9 @@ def exploratory(estimator: ContrastEstimator, grid: Grid, reference: str | None,
             if other is None or other == scorer:
                 continue
             theirs = none_f if other == "none" else grid.systems(other, confirmatory=False)
-            contrast = Contrast(f"{scorer} - {other}",
-                                (Term(1, mine, inside), Term(-1, theirs, inside)))  # fmt: skip
+            contrast = Contrast(
+                f"{scorer} - {other}", (Term(1, mine, inside), Term(-1, theirs, inside))
+            )
             if not contrast.seeds:
                 continue
             e = estimator.estimate(contrast)
@@ -339,8 +442,12 @@ def exploratory(estimator: ContrastEstimator, grid: Grid, reference: str | None,
     return rows
 
 
-def ranking(estimator: ContrastEstimator, grid: Grid, reference: str | None,
-            subsets: tuple[str, ...] = ("inside", "all")) -> pd.DataFrame:  # fmt: skip
+def ranking(
+    estimator: ContrastEstimator,
+    grid: Grid,
+    reference: str | None,
+    subsets: tuple[str, ...] = ("inside", "all"),
+) -> pd.DataFrame:
     """Scorers at the findings' size, forward, by mean test BLEU over seeds, with intervals
     covering seeds and sentences (one seed: test sampling only)."""
     rows = []
@@ -348,13 +455,24 @@ def ranking(estimator: ContrastEstimator, grid: Grid, reference: str | None,
         systems = grid.systems(scorer, confirmatory=False)
         if not systems:
             continue
-        row = {"scorer": scorer, "seeds": len(systems), "reference": scorer == reference,
-               "plateaued": int(sum(grid.table.set_index("variant").plateaued[list(systems.values())]))}  # fmt: skip
+        plateaued = grid.table.set_index("variant").plateaued[list(systems.values())]
+        row = {
+            "scorer": scorer,
+            "seeds": len(systems),
+            "reference": scorer == reference,
+            "plateaued": int(plateaued.sum()),
+        }
         for subset in subsets:
             e = estimator.estimate(Contrast(scorer, (Term(1, systems, subset),)))
-            row.update({f"bleu_{subset}": e.estimate, f"low_{subset}": e.low,
-                        f"high_{subset}": e.high,
-                        f"per_seed_{subset}": json.dumps({str(k): round(v, 3) for k, v in e.per_seed.items()})})  # fmt: skip
+            seeds = {str(k): round(v, 3) for k, v in e.per_seed.items()}
+            row.update(
+                {
+                    f"bleu_{subset}": e.estimate,
+                    f"low_{subset}": e.low,
+                    f"high_{subset}": e.high,
+                    f"per_seed_{subset}": json.dumps(seeds),
+                }
+            )
         rows.append(row)
     table = pd.DataFrame(rows)
     if table.empty:
@@ -377,10 +495,18 @@ def comparisons_table(findings: list[Finding], explore: list[dict[str, Any]]) ->
         for p in f.parts:
             if p.estimate is None:
                 continue
-            rows.append({"family": "primary" if p.primary else "equivalence",
-                         "finding": f.title, "comparison": p.label, "claim": p.claim,
-                         "state": p.state, "p_holm": p.p_holm, "margin": p.margin,
-                         **_estimate_row(p.estimate)})  # fmt: skip
+            rows.append(
+                {
+                    "family": "primary" if p.primary else "equivalence",
+                    "finding": f.title,
+                    "comparison": p.label,
+                    "claim": p.claim,
+                    "state": p.state,
+                    "p_holm": p.p_holm,
+                    "margin": p.margin,
+                    **_estimate_row(p.estimate),
+                }
+            )
     for r in explore:
         rows.append({"family": "exploratory", "finding": "", **r})
     return pd.DataFrame(rows)

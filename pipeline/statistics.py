@@ -199,16 +199,29 @@ class ContrastEstimator:
         # Welch-Satterthwaite: k - 1 for the seeds' part, ~infinite for the test's; with one
         # seed there is no training variance to estimate (the contrast is flagged as such)
         df = variance**2 / (var_seed**2 / (k - 1)) if k > 1 and var_seed > 0 else 1e6
-        return _finish(contrast.name, mean, per_seed, se, np.sqrt(var_seed),
-                       np.sqrt(var_test), df, k, alpha)  # fmt: skip
+        return _finish(
+            contrast.name, mean, per_seed, se, np.sqrt(var_seed), np.sqrt(var_test), df, k, alpha
+        )
 
 
 def _finish(name, mean, per_seed, se, se_seed, se_test, df, k, alpha) -> Estimate:
     t = scipy_stats.t
     half = float(t.ppf(1 - alpha / 2, df) * se)
     p = float(2 * t.sf(abs(mean) / se, df)) if se > 0 else float(mean == 0)
-    return Estimate(name, mean, per_seed, se, float(se_seed), float(se_test), float(df),
-                    mean - half, mean + half, p, mde(se, df, alpha), k)  # fmt: skip
+    return Estimate(
+        name,
+        mean,
+        per_seed,
+        se,
+        float(se_seed),
+        float(se_test),
+        float(df),
+        mean - half,
+        mean + half,
+        p,
+        mde(se, df, alpha),
+        k,
+    )
 
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:

@@ -93,7 +93,12 @@ def test_repro_writes_every_stage_output_and_second_repro_does_nothing(project):
         "reports/figures/bleu_by_length.svg",
         "reports/figures/bleu_by_length.png",
         "reports/figures/attention_heatmaps.svg",
-        "reports/figures/effects.png",
+        "reports/figures/differences.png",
+        "eval/findings.json",
+        "eval/comparisons.csv",
+        "eval/ranking.csv",
+        "eval/additive-rev-h16-s1-lr0.01/sentence_stats.npz",
+        "eval/additive-rev-h16-s1-lr0.01/hypotheses_greedy.txt",
         "reports/figures/learning_curves.svg",
         "eval/learning_curves.csv",
     ):
@@ -124,10 +129,18 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
         assert values["bleu_low"] <= values["bleu"] <= values["bleu_high"]
     # the DVC metrics file: a few headline numbers, not one column per variant
     test = json.loads((root / "metrics" / "test.json").read_text())
-    assert set(test) == {"best_bleu", "bleu", "gain_vs_none", "reversal_gain", "failed_variants"}
-    assert test["best_bleu"] == round(max(v["bleu"] for v in summary["variants"].values()), 2)
-    assert set(test["bleu"]) == {"none", "additive"} and set(test["gain_vs_none"]) == {"additive"}
-    assert set(test["reversal_gain"]) == {"none", "attention"} and test["failed_variants"] == 4
+    assert set(test) == {"best", "bleu_inside", "bleu_all", "verdicts", "verdicts_greedy",
+                         "failed_variants", "capped_variants"}  # fmt: skip
+    # one "best": the attention scorer chosen on dev, quoted with its test BLEU
+    assert test["best"]["scorer"] == "additive" and "dev" in test["best"]["chosen_on"]
+    assert test["best"]["bleu_all"] == test["bleu_all"]["additive"]
+    additive = summary["variants"]["additive-fwd-h16-s1-lr0.01"]["bleu"]
+    assert test["bleu_all"]["additive"] == pytest.approx(additive, abs=0.01)
+    assert set(test["bleu_inside"]) == {"none", "additive"} and test["failed_variants"] == 4
+    # one seed: nothing confirmatory can be tested, under either decoding
+    assert (
+        set(test["verdicts"].values()) == set(test["verdicts_greedy"].values()) == {"not testable"}
+    )
     variant = json.loads(
         (root / "eval" / "additive-rev-h16-s1-lr0.01" / "metrics.json").read_text()
     )
@@ -136,7 +149,7 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
     assert variant["signature"].startswith("nrefs:1|") and variant["beam_size"] == 2
     assert 0 <= variant["attention_entropy"] and "sentences_per_s" in variant
     shown = sh(sys.executable, "-m", "dvc", "metrics", "show", "--json")
-    assert shown.returncode == 0 and "gain_vs_none" in shown.stdout
+    assert shown.returncode == 0 and "verdicts" in shown.stdout
     plots = sh(sys.executable, "-m", "dvc", "plots", "show", "-o", str(root / "dvc_plots"))
     assert plots.returncode == 0, plots.stderr[-2000:]
     assert (root / "dvc_plots" / "index.html").is_file()
@@ -172,21 +185,27 @@ def test_failed_variants_are_reported_not_fatal(project):
     assert "## Failed variants" in readme
     # the overflow shows as inf (fp32 products) or nan (bf16 products: inf - inf)
     assert re.search(r"loss is (inf|nan) at epoch 1 step 2", readme)
-    significance = pd.read_csv(root / "eval" / "significance.csv")
-    assert set(significance.comparison) == {"vs_none", "reversed_vs_forward"}
-    assert len(significance) == 4
-    # sacreBLEU's two paired tests, and Holm's adjustment over all of them
-    assert ((significance.p_ar > 0) & (significance.p_bs > 0)).all()
-    assert (significance.p_holm >= significance.p_ar).all() and (significance.p_holm <= 1).all()
+    comparisons = pd.read_csv(root / "eval" / "comparisons.csv")
+    # one seed: only exploratory comparisons, under both decodings, intervals around them
+    assert set(comparisons.family) == {"exploratory"}
+    assert set(comparisons.decoding) == {"beam", "greedy"}
+    assert set(comparisons.name) == {"additive - none"}
+    assert (
+        (comparisons.low <= comparisons.estimate) & (comparisons.estimate <= comparisons.high)
+    ).all()
+    findings = json.loads((root / "eval" / "findings.json").read_text())
+    assert findings["reference"] == "additive" and findings["main_decoding"] == "beam"
+    assert all("plateaued twins" in f["why"] for f in findings["findings"]["beam"])
     curves = pd.read_csv(root / "eval" / "learning_curves.csv")
     assert set(curves.variant) == set(summary[summary.status == "evaluated"].variant)
-    for section in ("## Findings", "## Learning curves", "## Seeds", "## Sample translations",
-                    "## Scorers ranked", "## Paired tests"):  # fmt: skip
+    sections = ("## The answer", "## Paired differences", "## Findings in detail",
+                "## Learning curves", "## Sample translations", "## Exploratory comparisons")
+    for section in sections:
         assert section in readme, section
-    findings = readme.split("## Findings")[1].split("##")[0]
-    verdicts = re.findall(r"\*\*(agrees|disagrees|inconclusive|not testable)\*\*", findings)
+    answer = readme.split("## The answer")[1].split("## ")[0]
+    assert "Best scorer (chosen on dev" in answer
+    verdicts = re.findall(r"\| (agrees|disagrees|inconclusive|not testable) \|", answer)
     assert len(verdicts) == 5  # length, attention, reversal, scorer, hidden size
-    assert "One seed per configuration" in readme  # the tiny study has one seed
 
 
 def mlflow_runs(root, **tags):
@@ -204,7 +223,12 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
     _, children = mlflow_runs(root, kind="test", eval_key=summary["eval_key"])
     assert sorted(r.info.run_name for r in children) == sorted(summary["variants"])
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"study.csv", "significance.csv", "report"} <= artifacts  # the report stage's too
+    assert {
+        "study.csv",
+        "comparisons.csv",
+        "findings.json",
+        "report",
+    } <= artifacts  # the report stage's too
     assert "index.html" in {a.path.split("/")[-1] for a in client.list_artifacts(
         parent.info.run_id, "report"
     )}  # fmt: skip
@@ -302,8 +326,9 @@ def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
     assert shown.returncode == 0, shown.stderr[-2000:]
     row = _experiment(json.loads(shown.stdout), name)
     metrics = row["data"]["metrics"]["metrics/test.json"]["data"]
-    best = max(r.data.metrics["test_bleu"] for r in runs)
-    assert metrics["best_bleu"] == pytest.approx(best, abs=0.01)
+    chosen = [r for r in runs if r.info.run_name.startswith(f"{metrics['best']['scorer']}-fwd")]
+    assert metrics["best"]["bleu_all"] == pytest.approx(chosen[0].data.metrics["test_bleu"],
+                                                        abs=0.01)  # fmt: skip
     assert row["data"]["params"]["params.yaml"]["data"]["evaluate"]["beam_size"] == beam
 
 

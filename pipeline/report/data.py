@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import EVAL_SUMMARY, LEARNING_CURVES, SIGNIFICANCE, SWEEP_FILE, EvalFiles
+from pipeline.artifacts import (
+    COMPARISONS,
+    EVAL_SUMMARY,
+    FINDINGS,
+    LEARNING_CURVES,
+    RANKING,
+    SWEEP_FILE,
+    EvalFiles,
+)
 from pipeline.tracking import still_improving
 
 
@@ -35,13 +43,19 @@ def _read_json(path: Path) -> dict[str, Any]:
 class StudyData:
     table: pd.DataFrame  # one row per variant of the grid
     by_length: pd.DataFrame  # variant x bucket
-    significance: pd.DataFrame
+    comparisons: pd.DataFrame  # eval/comparisons.csv: every contrast, every decoding
     sweep: dict[str, Any]
     evaluation: dict[str, Any]
     corpus: dict[str, Any]
     eval_dir: Path
     curves: pd.DataFrame = None  # every dev evaluation of every variant (history rows)
     raw_dir: Path | None = None
+    findings: dict[str, Any] | None = None  # eval/findings.json
+    ranking: pd.DataFrame | None = None  # eval/ranking.csv, the main decoding's rows
+
+    @property
+    def main_decoding(self) -> str:
+        return (self.findings or {}).get("main_decoding", "beam")
 
     @property
     def evaluated(self) -> pd.DataFrame:
@@ -64,7 +78,11 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
     sweep = _read_json(models_dir / SWEEP_FILE)
     evaluation = _read_json(eval_dir / EVAL_SUMMARY)
     corpus = _read_json(raw_dir / "corpus.json") if (raw_dir / "corpus.json").is_file() else {}
-    significance = pd.read_csv(eval_dir / SIGNIFICANCE)
+    findings = _read_json(eval_dir / FINDINGS)
+    comparisons = _read_csv(eval_dir / COMPARISONS)
+    ranking = _read_csv(eval_dir / RANKING)
+    if len(ranking):
+        ranking = ranking[ranking.decoding == findings["main_decoding"]].reset_index(drop=True)
     rows, curves = [], []
     for variant_id, info in sweep["variants"].items():
         row = _base_row(variant_id, info)
@@ -75,16 +93,26 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
             curves += [{"variant": variant_id, **b} for b in metrics["by_length"]]
         rows.append(row)
     table = pd.DataFrame(rows)
-    table = _add_significance(table, significance)
+    for column in ("bleu", "bleu_low", "bleu_high", "chrf", "attention_entropy"):
+        if column not in table:
+            table[column] = np.nan
     by_length = pd.DataFrame(curves)
     if not by_length.empty:
         columns = ["variant", "scorer", "reverse_source", "hidden_size", "seed", "config"]
         by_length = by_length.merge(table[columns], on="variant")
     path = eval_dir / LEARNING_CURVES
     history = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["variant"])
-    return StudyData(
-        table, by_length, significance, sweep, evaluation, corpus, eval_dir, history, raw_dir
-    )
+    return StudyData(table, by_length, comparisons, sweep, evaluation, corpus, eval_dir,
+                     history, raw_dir, findings, ranking)  # fmt: skip
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise ReportInputError(f"{path}: not found (run `dvc repro evaluate`)")
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
 
 
 def _base_row(variant_id: str, info: dict[str, Any]) -> dict[str, Any]:
@@ -122,15 +150,3 @@ def _metric_columns(metrics: dict[str, Any]) -> dict[str, Any]:
         "attention_entropy": metrics.get("attention_entropy", np.nan),
         "monotonicity_gap": metrics.get("attention_monotonicity_gap", np.nan),
     }
-
-
-def _add_significance(table: pd.DataFrame, significance: pd.DataFrame) -> pd.DataFrame:
-    vs_none = significance[significance["comparison"] == "vs_none"]
-    columns = {"delta": "delta_vs_none", "p_holm": "p_vs_none"}
-    merged = table.merge(
-        vs_none[["variant", "delta", "p_holm"]].rename(columns=columns), on="variant", how="left"
-    )
-    for column in ("bleu", "bleu_low", "bleu_high", "chrf", "attention_entropy"):
-        if column not in merged:
-            merged[column] = np.nan
-    return merged

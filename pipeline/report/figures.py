@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -248,5 +249,33 @@ def learning_curves_figure(curves, table, path: Path) -> list[Path]:
         for handle, label in zip(*ax_e.get_legend_handles_labels()):
             unique.setdefault(label, handle)
         ax_e.legend(unique.values(), unique.keys(), fontsize=7, ncol=2, loc="lower right")
+    fig.tight_layout()
+    return save_figure(fig, path, FORMATS)
+
+
+def forest_figure(comparisons, path: Path) -> list[Path]:
+    """The paired differences the findings rest on: one row per contrast (primary and
+    equivalence parts first, then exploratory), its mean over seeds with the 95% interval
+    (seeds and sentences), each seed's own value as a dot, and the design's MDE as a
+    bracket around zero."""
+    rows = comparisons.reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(9.5, 0.34 * len(rows) + 1.2))
+    colours = {"primary": "#1f4e79", "equivalence": "#6b4c9a", "exploratory": "#8a8f98"}
+    for y, row in enumerate(rows.itertuples()):
+        colour = colours.get(row.family, "black")
+        ax.plot([row.low, row.high], [y, y], color=colour, linewidth=2)
+        ax.plot(row.estimate, y, "o", color=colour, markersize=5)
+        seeds = json.loads(row.per_seed) if isinstance(row.per_seed, str) else {}
+        ax.plot(list(seeds.values()), [y] * len(seeds), ".", color="0.35", markersize=4)
+        ax.plot([-row.mde, row.mde], [y, y], "|", color=colour, alpha=0.35, markersize=9)
+    labels = [
+        f"{r.finding}: {r.comparison}" if r.family != "exploratory" else r.name
+        for r in rows.itertuples()
+    ]
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("BLEU difference (mean over seeds, 95% interval; dots: seeds; |: ±MDE)")
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return save_figure(fig, path, FORMATS)

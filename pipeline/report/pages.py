@@ -6,10 +6,20 @@ import html
 import json
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from pipeline.evaluation import format_p
+from pipeline.report.findings import (
+    EXPLORE_HEADERS,
+    METHOD,
+    PART_HEADERS,
+    RANK_HEADERS,
+    VERDICT_HEADERS,
+    answer,
+    exploratory_rows,
+    part_rows,
+    ranking_rows,
+    verdict_rows,
+)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
@@ -24,6 +34,7 @@ img{max-width:100%;height:auto;border:1px solid #eef0f2}
 details{margin:.5rem 0}pre{background:#f6f8fa;padding:.6rem;overflow:auto;font-size:.78rem}
 .caption{color:#4b5563;font-size:.85rem}
 .findings td{text-align:left;vertical-align:top}
+.toc{font-size:.85rem;margin:.4rem 0 1rem}.toc a{color:#1f4e79}
 """
 
 
@@ -77,149 +88,112 @@ def by_length_pivot(by_length: pd.DataFrame) -> tuple[list[str], list[list[str]]
     return headers, rows
 
 
-def _significance_rows(significance: pd.DataFrame) -> list[list[str]]:
-    return [
-        [r.comparison, r.variant, r.baseline, f"{r.bleu:.2f}", f"{r.baseline_bleu:.2f}",
-         f"{r.delta:+.2f}", format_p(r.p_ar), format_p(r.p_bs), format_p(r.p_holm)]
-        for r in significance.itertuples()
-    ]  # fmt: skip
-
-
-_SIG_HEADERS = ["comparison", "variant", "baseline", "BLEU", "baseline BLEU", "ΔBLEU",
-                "p (AR)", "p (bootstrap)", "p (AR, Holm)"]  # fmt: skip
-_FINDING_HEADERS = ["effect", "literature", "test (stated in advance)", "this study", "verdict"]
-_RANK_HEADERS = [
-    "rank", "scorer", "seeds", "mean BLEU", "range over seeds", "95% CI (widest)",
-    "Δ vs reference (twins)", "p vs reference (Holm)", "p vs none (Holm)", "plateaued",
-]  # fmt: skip
-_RANK_NOTE = (
-    "Largest hidden size, forward source, mean over seeds. Reference: the attention "
-    "scorer with the highest mean test BLEU over all its variants (every size, order and "
-    "seed), against which the evaluate stage tests each other attention scorer; Δ is the "
-    "scorer minus the reference on their twin pairs (same size, order and seed)."
-)
-_SEED_HEADERS = ["configuration", "seeds", "mean BLEU", "sd", "range", "per seed: BLEU [95% CI]"]
-
-
-def _finding_cells(f) -> list[str]:
-    measured = f.measured + "".join(f" Caveat: {c}." for c in f.caveats)
-    return [f.title, f.literature, f.criterion, measured]
-
-
-def _ranking_rows(ranking: pd.DataFrame) -> list[list[str]]:
-    return [
-        [r.rank, r.scorer, r.seeds, f"{r.bleu_mean:.2f}", f"{r.bleu_min:.2f}-{r.bleu_max:.2f}",
-         f"[{r.bleu_low:.2f}, {r.bleu_high:.2f}]",
-         "-" if np.isnan(r.vs_best_delta) else f"{r.vs_best_delta:+.2f}",
-         "reference" if r.scorer == ranking.attrs.get("reference") else format_p(r.vs_best_p),
-         format_p(r.vs_none_p), r.plateaued]
-        for r in ranking.itertuples()
-    ]  # fmt: skip
-
-
-def _ranking_note(ranking: pd.DataFrame) -> str:
-    note = f"{_RANK_NOTE} Here: {ranking.attrs.get('reference') or 'none'}."
-    seed_range = ranking.attrs.get("seed_range")
-    if seed_range:
-        gap, scorer = seed_range
-        close = _within(ranking, gap)
-        note += (
-            f" The seeds of one scorer here differ by up to {gap:.2f} BLEU ({scorer}): a "
-            "gap smaller than that is within training variance, which the p-values (test "
-            "sampling only) do not cover" + (f"; within it: {', '.join(close)}." if close else ".")
-        )
-    return note
-
-
-def _within(ranking: pd.DataFrame, gap: float) -> list[str]:
-    """Adjacent ranks whose mean BLEU differ by less than ``gap``, as "a ~ b" (the ranking
-    is in rank order)."""
-    pairs = zip(ranking.itertuples(), ranking.iloc[1:].itertuples())
-    return [f"{a.scorer} ~ {b.scorer}" for a, b in pairs if a.bleu_mean - b.bleu_mean < gap]
-
-
-def _seed_rows(seeds: pd.DataFrame) -> list[list[str]]:
-    return [
-        [r.configuration, r.seeds, f"{r.bleu_mean:.2f}", f"{r.bleu_sd:.2f}",
-         f"{r.bleu_range:.2f}", r.intervals]
-        for r in seeds.itertuples()
-    ]  # fmt: skip
-
-
-def _intro(c: dict[str, Any]) -> str:
-    conv = c["convergence"]
-    corpus = c["provenance"]["corpus"]
-    flagged = len(conv["flagged"])
-    return (
-        f"{len(c['rows'])} variants; corpus: {corpus.get('source_translation', '')} -> "
-        f"{corpus.get('target_translation', '')}; no-attention baseline: {conv['baseline']} "
-        f"(rnnencdec: Cho et al. 2014's RNN Encoder-Decoder, Bahdanau et al. 2014's "
-        f"RNNencdec). {conv['plateaued']} of {conv['variants']} evaluated variants trained "
-        f"until their dev BLEU plateaued; {flagged} were stopped by their budget first and "
-        "are flagged. Every number is computed by the pipeline; nothing is written by hand."
-    )
-
-
 _CONVERGENCE_NOTE = (
     "Dev BLEU (greedy, the trainer's own) at every evaluation, against epochs and against "
-    "training minutes. A hollow end marker: stopped by its budget before a plateau."
+    "training minutes (minutes depend on the machine; steps and verdicts do not). A hollow "
+    "end marker: stopped at the step cap before its dev loss plateaued."
 )
-_SEEDS_NOTE = (
-    "Seed spread is training variance; the bracketed intervals are each seed's test-set "
-    "bootstrap (test sampling only)."
+_RANK_NOTE = (
+    "The findings' configuration (source forward, the hidden size with the most seeds), mean "
+    "test BLEU over seeds. Intervals cover seeds and test sentences; with one seed they "
+    "cover test sentences only (exploratory). Inside: sentences no longer than the training "
+    "cut, which the findings use; all lengths includes extrapolation."
 )
-_ONE_SEED = "One seed per configuration: every interval covers test sampling only."
+_EXPLORE_NOTE = (
+    "Exploratory: not declared in advance, unadjusted p-values, never a verdict. Each "
+    "scorer minus the best scorer (chosen on dev) and minus none, inside the training lengths."
+)
+_SECTIONS = [
+    ("answer", "The answer"), ("differences", "Paired differences"),
+    ("findings", "Findings in detail"), ("length", "BLEU by source length"),
+    ("exploratory", "Exploratory comparisons"), ("curves", "Learning curves"),
+    ("samples", "Sample translations"), ("heatmaps", "Attention heatmaps"),
+    ("variants", "All variants"), ("provenance", "Provenance"),
+]  # fmt: skip
+
+
+def _sections(c: dict[str, Any]) -> list[tuple[str, str]]:
+    present = {"answer", "findings", "variants", "provenance"}
+    figures = c["figures"]
+    present |= {k for k, f in (("differences", "differences"), ("length", "bleu_by_length"),
+                               ("curves", "learning_curves"), ("heatmaps", "heatmaps"))
+                if f in figures}  # fmt: skip
+    if len(c["comparisons"]) and (c["comparisons"].family == "exploratory").any():
+        present.add("exploratory")
+    if c["samples"]:
+        present.add("samples")
+    return [(k, t) for k, t in _SECTIONS if k in present]
+
+
+def _verdict_html(rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in VERDICT_HEADERS)
+    body = "".join(
+        "<tr>" + "".join(
+            f"<td class='{_e(str(cell).split()[0])}'>{_e(cell)}</td>" if i in (1, 2)
+            else f"<td>{_e(cell)}</td>" for i, cell in enumerate(row)
+        ) + "</tr>"
+        for row in rows
+    )  # fmt: skip
+    return f"<table class='findings'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def render_html(c: dict[str, Any]) -> str:
+    study, figures, main = c["study"], c["figures"], c["study"]["main_decoding"]
+    toc = " · ".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t in _sections(c))
     parts = [
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width,initial-scale=1'>"
         f"<title>{_e(c['title'])}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(c['title'])}</h1>",
-        f"<p>{_e(_intro(c))}</p>",
-        "<h2>Findings</h2>",
+        f"<nav class='toc'>{toc}</nav>",
+        "<h2 id='answer'>The answer</h2>",
+        f"<p><strong>{_e(answer(study, c['ranking'], c['table']))}</strong></p>",
+        _html_table(RANK_HEADERS, ranking_rows(c["ranking"])) if len(c["ranking"]) else "",
+        f"<p class='caption'>{_e(_RANK_NOTE)}</p>",
+        _verdict_html(verdict_rows(study)),
+        f"<p class='caption'>Verdicts under {_e(main)} decoding, then greedy. Effect: the "
+        "main contrast of each finding in BLEU (see below), mean over seeds. "
+        f"{_e(METHOD)}</p>",
     ]
-    finding_rows = "".join(
-        "<tr>" + "".join(f"<td>{_e(x)}</td>" for x in _finding_cells(f))
-        + f"<td class='{f.verdict.split()[0]}'>{_e(f.verdict)}</td></tr>"
-        for f in c["findings"]
-    )  # fmt: skip
-    parts.append(
-        "<table class='findings'><thead><tr>"
-        + "".join(f"<th>{h}</th>" for h in _FINDING_HEADERS)
-        + f"</tr></thead><tbody>{finding_rows}</tbody></table>"
-    )
-    figures = c["figures"]
-    if "bleu_by_length" in figures:
+    if "differences" in figures:
         parts += [
-            "<h2>BLEU by source length</h2>",
+            "<h2 id='differences'>Paired differences</h2>",
+            f"<img src='{figures['differences']}.svg' alt='paired differences'>",
+            "<p class='caption'>Each contrast's mean over seeds with its 95% interval (seeds "
+            "and sentences); dots: each seed's value; |: plus/minus the design's MDE. Blue: "
+            "primary (Holm); purple: equivalence parts; grey: exploratory.</p>",
+        ]
+    parts.append("<h2 id='findings'>Findings in detail</h2>")
+    for f in study["findings"][main]:
+        parts += [
+            f"<h3>{_e(f['title'])}: <span class='{_e(f['verdict'].split()[0])}'>"
+            f"{_e(f['verdict'])}</span></h3>",
+            f"<p><em>Literature.</em> {_e(f['literature'])}</p>",
+            f"<p><em>Test, stated in advance.</em> {_e(f['criterion'])}</p>",
+            _html_table(PART_HEADERS, part_rows(f)),
+        ]
+    if "bleu_by_length" in figures:
+        headers, rows = by_length_pivot(c["by_length"])
+        parts += [
+            "<h2 id='length'>BLEU by source length</h2>",
             f"<img src='{figures['bleu_by_length']}.svg' alt='BLEU vs source length'>",
             "<p class='caption'>Lines: scorers (lowest seed); dashed: reversed source; "
-            "bands: 95% bootstrap intervals; grey: buckets beyond the training cut, where "
-            "every model extrapolates. After Bahdanau et al. (2014), Fig. 2.</p>",
-        ]
-        headers, rows = by_length_pivot(c["by_length"])
-        parts.append(_html_table(headers, rows))
-    if not c["ranking"].empty:
-        parts += [
-            "<h2>Scorers ranked</h2>",
-            f"<p>{_e(_ranking_note(c['ranking']))}</p>",
-            _html_table(_RANK_HEADERS, _ranking_rows(c["ranking"])),
-        ]
+            "bands: 95% bootstrap intervals of that seed; grey: buckets beyond the training "
+            "cut, where every model extrapolates. After Bahdanau et al. (2014), Fig. 2.</p>",
+            "<details><summary>The numbers</summary>", _html_table(headers, rows), "</details>",
+        ]  # fmt: skip
+    explore = exploratory_rows(c["comparisons"], main) if len(c["comparisons"]) else []
+    if explore:
+        parts += ["<h2 id='exploratory'>Exploratory comparisons</h2>",
+                  f"<p>{_e(_EXPLORE_NOTE)}</p>", _html_table(EXPLORE_HEADERS, explore)]  # fmt: skip
     if "learning_curves" in figures:
         parts += [
-            "<h2>Learning curves</h2>",
+            "<h2 id='curves'>Learning curves</h2>",
             f"<img src='{figures['learning_curves']}.svg' alt='learning curves'>",
             f"<p class='caption'>{_CONVERGENCE_NOTE}</p>",
         ]
-    parts.append("<h2>Seeds</h2>")
-    if c["seeds"].empty:
-        parts.append(f"<p>{_ONE_SEED}</p>")
-    else:
-        parts += [f"<p>{_SEEDS_NOTE}</p>", _html_table(_SEED_HEADERS, _seed_rows(c["seeds"]))]
     if c["samples"]:
-        parts.append("<h2>Sample translations</h2>")
+        parts.append("<h2 id='samples'>Sample translations</h2>")
         for sample in c["samples"]:
             rows = [["source", sample["source"]], ["reference", sample["reference"]]]
             rows += [[variant, text] for _, variant, text in sample["outputs"]]
@@ -230,25 +204,17 @@ def render_html(c: dict[str, Any]) -> str:
             ]
     if "heatmaps" in figures:
         parts += [
-            "<h2>Attention heatmaps</h2>",
+            "<h2 id='heatmaps'>Attention heatmaps</h2>",
             f"<img src='{figures['heatmaps']}.svg' alt='attention heatmaps'>",
             f"<p class='caption'>{_e(c['heatmap_title'])}: source subwords in original "
             "order on x, each variant's own output on y, one shared colour scale.</p>",
         ]
-    if "effects" in figures:
-        parts += ["<h2>Effects</h2>", f"<img src='{figures['effects']}.svg' alt='effects'>"]
     classes = ["failed" if row[-1] == "failed" else "" for row in c["rows"]]
-    parts += ["<h2>All variants</h2>", _html_table(c["headers"], c["rows"], classes)]
-    if not c["significance"].empty:
-        parts += [
-            "<h2>Paired tests</h2>",
-            f"<p>{_e(_SIG_NOTE)}</p>",
-            _html_table(_SIG_HEADERS, _significance_rows(c["significance"])),
-        ]
+    parts += ["<h2 id='variants'>All variants</h2>", _html_table(c["headers"], c["rows"], classes)]
     if c["failed"]:
-        parts += ["<h2>Failed variants</h2>", _html_table(["variant", "error"], c["failed"])]
+        parts += ["<h3>Failed variants</h3>", _html_table(["variant", "error"], c["failed"])]
     parts += [
-        "<h2>Provenance</h2>",
+        "<h2 id='provenance'>Provenance</h2>",
         f"<pre>{_e(json.dumps(c['provenance'], indent=2, ensure_ascii=False))}</pre>",
         "<details><summary>params.yaml (resolved)</summary>"
         f"<pre>{_e(json.dumps(c['params'], indent=2))}</pre></details>",
@@ -257,104 +223,57 @@ def render_html(c: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-_SIG_NOTE = (
-    "sacreBLEU's paired approximate randomization (10,000 shuffles by default) and paired "
-    "bootstrap tests, two-sided; p (AR, Holm): adjusted over every comparison in this "
-    "table. Pairs are twins equal in every other setting (seed included)."
-)
-
-
 def render_markdown(c: dict[str, Any]) -> str:
+    study, figures, main = c["study"], c["figures"], c["study"]["main_decoding"]
     lines = [
         f"# {c['title']}",
         "",
-        _intro(c) + " Generated by `dvc repro report`; open `index.html` for the same "
-        "report as a web page.",
+        "Generated by `dvc repro report`; `index.html` is the same report as a web page.",
         "",
-        "## Findings",
+        "## The answer",
         "",
-        _md_table(
-            _FINDING_HEADERS, [[*_finding_cells(f), f"**{f.verdict}**"] for f in c["findings"]]
-        ),
+        f"**{answer(study, c['ranking'], c['table'])}**",
         "",
     ]
-    figures = c["figures"]
+    if len(c["ranking"]):
+        lines += [_md_table(RANK_HEADERS, ranking_rows(c["ranking"])), "", _RANK_NOTE, ""]
+    lines += [_md_table(VERDICT_HEADERS, verdict_rows(study)), "",
+              f"Verdicts under {main} decoding, then greedy. {METHOD}", ""]  # fmt: skip
+    if "differences" in figures:
+        lines += ["## Paired differences", "",
+                  f"![paired differences]({figures['differences']}.png)", ""]  # fmt: skip
+    lines += ["## Findings in detail", ""]
+    for f in study["findings"][main]:
+        lines += [f"### {f['title']}: {f['verdict']}", "", f"*Literature.* {f['literature']}",
+                  "", f"*Test, stated in advance.* {f['criterion']}", "",
+                  _md_table(PART_HEADERS, part_rows(f)), ""]  # fmt: skip
     if "bleu_by_length" in figures:
         headers, rows = by_length_pivot(c["by_length"])
-        lines += [
-            "## BLEU by source length",
-            "",
-            f"![BLEU vs source length]({figures['bleu_by_length']}.png)",
-            "",
-            "Grey: buckets beyond the training cut (extrapolation). Lowest seed per line.",
-            "",
-            _md_table(headers, rows),
-            "",
-        ]
-    if not c["ranking"].empty:
-        lines += [
-            "## Scorers ranked",
-            "",
-            _ranking_note(c["ranking"]),
-            "",
-            _md_table(_RANK_HEADERS, _ranking_rows(c["ranking"])),
-            "",
-        ]
+        lines += ["## BLEU by source length", "",
+                  f"![BLEU vs source length]({figures['bleu_by_length']}.png)", "",
+                  "Grey: buckets beyond the training cut (extrapolation). Lowest seed per line.",
+                  "", _md_table(headers, rows), ""]  # fmt: skip
+    explore = exploratory_rows(c["comparisons"], main) if len(c["comparisons"]) else []
+    if explore:
+        lines += ["## Exploratory comparisons", "", _EXPLORE_NOTE, "",
+                  _md_table(EXPLORE_HEADERS, explore), ""]  # fmt: skip
     if "learning_curves" in figures:
-        lines += [
-            "## Learning curves",
-            "",
-            f"![learning curves]({figures['learning_curves']}.png)",
-            "",
-            _CONVERGENCE_NOTE,
-            "",
-        ]
-    lines += ["## Seeds", ""]
-    if c["seeds"].empty:
-        lines += [_ONE_SEED, ""]
-    else:
-        lines += [_SEEDS_NOTE, "", _md_table(_SEED_HEADERS, _seed_rows(c["seeds"])), ""]
+        lines += ["## Learning curves", "", f"![learning curves]({figures['learning_curves']}.png)",
+                  "", _CONVERGENCE_NOTE, ""]  # fmt: skip
     if c["samples"]:
         lines += ["## Sample translations", ""]
         for sample in c["samples"]:
             rows = [["source", sample["source"]], ["reference", sample["reference"]]]
             rows += [[variant, text] for _, variant, text in sample["outputs"]]
-            lines += [
-                f"### {sample['bucket']} words ({sample['training_range']} the training "
-                f"range), test sentence {sample['index']}",
-                "",
-                _md_table(["", "text"], rows),
-                "",
-            ]
+            lines += [f"### {sample['bucket']} words ({sample['training_range']} the training "
+                      f"range), test sentence {sample['index']}", "",
+                      _md_table(["", "text"], rows), ""]  # fmt: skip
     if "heatmaps" in figures:
-        lines += [
-            "## Attention heatmaps",
-            "",
-            f"![attention heatmaps]({figures['heatmaps']}.png)",
-            "",
-            f"{c['heatmap_title']}; one shared colour scale.",
-            "",
-        ]
-    if "effects" in figures:
-        lines += ["## Effects", "", f"![effects]({figures['effects']}.png)", ""]
+        lines += ["## Attention heatmaps", "", f"![attention heatmaps]({figures['heatmaps']}.png)",
+                  "", f"{c['heatmap_title']}; one shared colour scale.", ""]  # fmt: skip
     lines += ["## All variants", "", _md_table(c["headers"], c["rows"]), ""]
-    if not c["significance"].empty:
-        lines += [
-            "## Paired tests",
-            "",
-            _SIG_NOTE,
-            "",
-            _md_table(_SIG_HEADERS, _significance_rows(c["significance"])),
-            "",
-        ]
     if c["failed"]:
-        lines += ["## Failed variants", "", _md_table(["variant", "error"], c["failed"]), ""]
-    lines += [
-        "## Provenance",
-        "",
-        "```json",
-        json.dumps(c["provenance"], indent=2, ensure_ascii=False),
-        "```",
-        "",
-    ]
+        lines += ["### Failed variants", "", _md_table(["variant", "error"], c["failed"]), ""]
+    lines += ["## Provenance", "", "```json",
+              json.dumps(c["provenance"], indent=2, ensure_ascii=False), "```", ""]  # fmt: skip
     return "\n".join(lines)

@@ -17,18 +17,16 @@ import pandas as pd
 
 from pipeline.artifacts import EvalFiles
 from pipeline.config import Config
-from pipeline.evaluation import format_p
 from pipeline.infra import Infra
 from pipeline.io import atomic_dir
 from pipeline.provenance import git_commit, machine
 from pipeline.report.data import StudyData, load_study
 from pipeline.report.figures import (
     bleu_by_length_figure,
-    effects_figure,
+    forest_figure,
     heatmap_comparison_figure,
     learning_curves_figure,
 )
-from pipeline.report.findings import all_findings, scorer_ranking, seed_spread
 from pipeline.report.samples import sample_translations
 
 logger = logging.getLogger(__name__)
@@ -43,7 +41,6 @@ TABLE_COLUMNS = {
     "seed": "seed",
     "bleu_ci": "BLEU [95% CI]",
     "chrf": "chrF",
-    "vs_none": "ΔBLEU vs none (p Holm)",
     "best_dev_bleu": "best dev BLEU",
     "epochs_run": "epochs",
     "converged": "stopped",
@@ -100,10 +97,6 @@ def summary_table(data: StudyData) -> pd.DataFrame:
         f"{b:.2f} [{lo:.2f}, {hi:.2f}]" if pd.notna(b) else "-"
         for b, lo, hi in zip(table.bleu, table.bleu_low, table.bleu_high)
     ]
-    table["vs_none"] = [
-        f"{d:+.2f} (p {format_p(p)})" if pd.notna(d) else "-"
-        for d, p in zip(table.delta_vs_none, table.p_vs_none)
-    ]
     table["converged"] = [
         "-" if status == "failed" else "plateau" if plateaued else f"{reason} (not converged)"
         for status, plateaued, reason in zip(table.status, table.plateaued, table.stop_reason)
@@ -135,7 +128,8 @@ def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> 
         "corpus": data.corpus.get("source", {}),
         "sacreBLEU signature": data.evaluation.get("signature", "unknown"),
         "decoding": f"beam {config.evaluate.beam_size}, length penalty "
-        f"{config.evaluate.length_penalty}",
+        f"{config.evaluate.length_penalty}; verdicts also under greedy decoding",
+        "training precision": config.train.precision,
         "machine": machine(),
         "MLflow": f"experiment {experiment!r}: evaluation and test runs tagged "
         f"eval_key={data.evaluation.get('eval_key', 'unknown')}",
@@ -156,7 +150,7 @@ def build_report(
     from pipeline.report.pages import render_html, render_markdown
 
     data = load_study(models_dir, eval_dir, raw_dir)
-    findings = all_findings(data)
+    main = data.main_decoding
     with atomic_dir(out_dir) as tmp:
         figures = tmp / "figures"
         figures.mkdir()
@@ -164,8 +158,11 @@ def build_report(
         if not data.by_length.empty:
             first = data.by_length[data.by_length.variant.isin(data.first_seeds.variant)]
             bleu_by_length_figure(first, figures / "bleu_by_length")
-            effects_figure(data.first_seeds, figures / "effects")
-            written.update(bleu_by_length="figures/bleu_by_length", effects="figures/effects")
+            written["bleu_by_length"] = "figures/bleu_by_length"
+        shown = data.comparisons[data.comparisons.decoding == main] if len(data.comparisons) else []
+        if len(shown):
+            forest_figure(shown, figures / "differences")
+            written["differences"] = "figures/differences"
         if len(data.curves) and "dev_bleu" in data.curves:
             learning_curves_figure(data.curves, data.evaluated, figures / "learning_curves")
             written["learning_curves"] = "figures/learning_curves"
@@ -177,18 +174,18 @@ def build_report(
         table.drop(columns=["order", "config"]).to_csv(tmp / "summary.csv", index=False)
         context = {
             "title": config.report.title,
-            "findings": findings,
+            "study": data.findings,
+            "comparisons": data.comparisons,
+            "table": data.table,
             "figures": written,
             "heatmap_title": title,
             "headers": list(TABLE_COLUMNS.values()),
             "rows": _table_rows(table),
             "failed": table[table.status == "failed"][["variant", "error"]].values.tolist(),
             "provenance": provenance(config, root, data, infra.tracking.experiment),
-            "significance": data.significance,
             "params": config.model_dump(),
             "by_length": data.by_length,
-            "ranking": scorer_ranking(data),
-            "seeds": seed_spread(data),
+            "ranking": data.ranking,
             "samples": sample_translations(data),
             "convergence": convergence(data),
         }
@@ -198,7 +195,7 @@ def build_report(
     return {
         "variants": len(data.table),
         "evaluated": len(data.evaluated),
-        "findings": {f.title: f.verdict for f in findings},
+        "findings": {f["title"]: f["verdict"] for f in data.findings["findings"][main]},
         "plateaued": f"{context['convergence']['plateaued']}/{len(data.evaluated)}",
     }
 
