@@ -149,8 +149,8 @@ def heatmap_comparison_figure(panels: list[dict], title: str, path: Path) -> lis
     vmax = max(float(p["matrix"].max()) for p in panels)
     cols = 2 if len(panels) > 1 else 1
     rows = (len(panels) + cols - 1) // cols
-    width = min(7.0, 0.12 * max(len(p["source"]) for p in panels) + 1.4)
-    height = min(7.0, 0.12 * max(len(p["target"]) for p in panels) + 1.2)
+    width = min(9.0, 0.17 * max(len(p["source"]) for p in panels) + 1.4)
+    height = min(9.0, 0.17 * max(len(p["target"]) for p in panels) + 1.2)
     fig, axes = plt.subplots(
         rows, cols, squeeze=False, figsize=(cols * width, rows * height), layout="constrained"
     )
@@ -160,7 +160,7 @@ def heatmap_comparison_figure(panels: list[dict], title: str, path: Path) -> lis
     for ax, panel in zip(axes.flat, panels):
         ax.axis("on")
         image = draw_heatmap(ax, panel["matrix"], panel["source"], panel["target"], vmax=vmax)
-        ax.tick_params(labelsize=5)
+        ax.tick_params(labelsize=7)
         ax.set_title(panel["label"], fontsize=9)
     fig.suptitle(title, fontsize=11)
     fig.colorbar(image, ax=axes, shrink=0.4, label="attention weight")

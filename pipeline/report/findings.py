@@ -102,7 +102,7 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
         parts.append(
             f"Best scorer (chosen on dev before test was read): {best}, test BLEU "
             f"{bleu_ci(row.bleu_inside, row.low_inside, row.high_inside)} inside the training "
-            f"lengths, mean of {row.seeds} seeds"
+            f"lengths, mean of {row.seeds} seed{'s' if row.seeds != 1 else ''}"
         )
     evaluated = table[table.status == "evaluated"]
     capped = study.get("excluded_from_confirmatory") or []
@@ -114,7 +114,7 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
     dependent = study.get("decoding_dependent") or []
     if "greedy" in study["findings"] and study["main_decoding"] != "greedy":
         parts.append(
-            "verdicts that change between beam search and greedy decoding: "
+            "Verdicts that change between beam search and greedy decoding: "
             + (", ".join(dependent) if dependent else "none")
         )
     return ". ".join(parts) + "."

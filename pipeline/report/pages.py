@@ -152,8 +152,9 @@ def render_html(c: dict[str, Any]) -> str:
         f"<p class='caption'>{_e(_RANK_NOTE)}</p>",
         _verdict_html(verdict_rows(study)),
         f"<p class='caption'>Verdicts under {_e(main)} decoding, then greedy. Effect: the "
-        "main contrast of each finding in BLEU (see below), mean over seeds. "
-        f"{_e(METHOD)}</p>",
+        "main contrast of each finding in BLEU, mean over seeds, with its 95% interval over "
+        "seeds and sentences; MDE: the smallest effect this design detects (method: "
+        "<a href='#findings'>Findings in detail</a>).</p>",
     ]
     if "differences" in figures:
         parts += [
@@ -163,7 +164,7 @@ def render_html(c: dict[str, Any]) -> str:
             "and sentences); dots: each seed's value; |: plus/minus the design's MDE. Blue: "
             "primary (Holm); purple: equivalence parts; grey: exploratory.</p>",
         ]
-    parts.append("<h2 id='findings'>Findings in detail</h2>")
+    parts += ["<h2 id='findings'>Findings in detail</h2>", f"<p>{_e(METHOD)}</p>"]
     for f in study["findings"][main]:
         parts += [
             f"<h3>{_e(f['title'])}: <span class='{_e(f['verdict'].split()[0])}'>"
@@ -238,11 +239,13 @@ def render_markdown(c: dict[str, Any]) -> str:
     if len(c["ranking"]):
         lines += [_md_table(RANK_HEADERS, ranking_rows(c["ranking"])), "", _RANK_NOTE, ""]
     lines += [_md_table(VERDICT_HEADERS, verdict_rows(study)), "",
-              f"Verdicts under {main} decoding, then greedy. {METHOD}", ""]  # fmt: skip
+              f"Verdicts under {main} decoding, then greedy. Effect: the main contrast of each "
+              "finding, mean over seeds, 95% interval over seeds and sentences; MDE: the "
+              "smallest effect this design detects (method: Findings in detail).", ""]  # fmt: skip
     if "differences" in figures:
         lines += ["## Paired differences", "",
                   f"![paired differences]({figures['differences']}.png)", ""]  # fmt: skip
-    lines += ["## Findings in detail", ""]
+    lines += ["## Findings in detail", "", METHOD, ""]
     for f in study["findings"][main]:
         lines += [f"### {f['title']}: {f['verdict']}", "", f"*Literature.* {f['literature']}",
                   "", f"*Test, stated in advance.* {f['criterion']}", "",

@@ -53,7 +53,7 @@ TABLE_COLUMNS = {
 def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
     """Panels for the longest attention example, at the largest hidden size."""
     examples = data.evaluation.get("attention_examples") or []
-    table = data.evaluated[data.evaluated.scorer != "none"]
+    table = data.first_seeds[data.first_seeds.scorer != "none"]  # one panel per configuration
     if not examples or table.empty:
         return [], ""
     sentence = f"sentence_{_heatmap_example(data, examples)}"
