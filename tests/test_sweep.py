@@ -245,3 +245,32 @@ def test_interruption_names_unfinished_and_not_started_trials():
     with pytest.raises(SweepInterruptedError, match=r"1 variants unfinished \(a\) and 1 not st"):
         _raise_if_interrupted(grid, Result(finished={"b"}))
     _raise_if_interrupted(grid[1:], Result(finished={"b"}))  # nothing interrupted: no error
+
+
+def test_two_independent_runs_of_a_study_give_identical_models_and_metrics(trained, tmp_path):
+    """Reproducible means the same params give the same numbers: a second project, with its
+    own Ray, cache and MLflow store, trains the same tiny study to the same weights, steps,
+    stop reasons and dev metrics (wall time and tokens/s aside)."""
+    import torch
+
+    root, _ = trained
+    other = tmp_path / "again"
+    params = make_project(other)
+    result = stage("stages.train", params, other, *train_args(other))
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = (json.loads((r / "models" / "sweep.json").read_text()) for r in (root, other))
+    timing = {"wall_time_s", "tokens_per_s", "history", "node_id"}  # where and how fast
+    assert len(second["variants"]) == 4
+    for variant_id, again in second["variants"].items():
+        info = first["variants"][variant_id]
+        assert {k: v for k, v in info.items() if k not in timing} == {
+            k: v for k, v in again.items() if k not in timing
+        }, variant_id
+        weights = [
+            torch.load(r / "models" / variant_id / "checkpoint.pt", weights_only=True)["state_dict"]
+            for r in (root, other)
+        ]
+        assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), variant_id
+        curves = [pd.read_csv(r / "models" / variant_id / "history.csv") for r in (root, other)]
+        columns = ["step", "dev_loss", "dev_bleu", "learning_rate"]
+        pd.testing.assert_frame_equal(curves[0][columns], curves[1][columns])
