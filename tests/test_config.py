@@ -144,6 +144,19 @@ def test_gpu_cluster_preset_is_a_valid_params_and_infra_pair():
     assert infra.ray.gpus_per_trial > 0 and infra.ray.storage_path.startswith("s3://")
 
 
+def test_quick_preset_is_valid_and_small():
+    config = load_config(REPO_ROOT / "presets" / "quick.yaml")
+    assert len(expand_grid(config)) == 6 * 2
+    assert config.train.max_steps <= 1000 and config.fetch.split.test_size <= 1000
+    assert "unconverged" in config.report.title
+
+
+def test_the_wall_clock_budget_is_refused_with_what_replaced_it(tmp_path):
+    params = write_params(tmp_path / "params.yaml", {"train": {"time_budget_minutes": 2.6}})
+    with pytest.raises(ConfigError, match="train.time_budget_minutes: .*train.max_steps"):
+        load_config(params)
+
+
 def test_infra_settings_in_a_params_file_are_refused_with_where_they_go(tmp_path):
     params = write_params(
         tmp_path / "params.yaml", {"train": {"ray": {"address": "auto"}}, "tracking": {}}

@@ -97,6 +97,14 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
     BLEU, how many variants converged, and which verdicts depend on decoding."""
     best = study.get("reference")
     parts = []
+    evaluated = table[table.status == "evaluated"]
+    capped = study.get("excluded_from_confirmatory") or []
+    if len(evaluated) and len(capped) > len(evaluated) / 2:
+        parts.append(
+            f"UNCONVERGED: {len(capped)} of {len(evaluated)} variants stopped at the step cap "
+            "before their dev loss plateaued; these numbers are for trying the pipeline, not "
+            "for conclusions"
+        )
     if best and len(ranking):
         row = ranking.set_index("scorer").loc[best]
         parts.append(
@@ -104,8 +112,6 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
             f"{bleu_ci(row.bleu_inside, row.low_inside, row.high_inside)} inside the training "
             f"lengths, mean of {row.seeds} seed{'s' if row.seeds != 1 else ''}"
         )
-    evaluated = table[table.status == "evaluated"]
-    capped = study.get("excluded_from_confirmatory") or []
     parts.append(
         f"{len(evaluated) - len(capped)} of {len(evaluated)} variants trained until their dev "
         f"loss plateaued" + (f"; {len(capped)} stopped at the step cap and are left out of "
