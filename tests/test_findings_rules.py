@@ -33,10 +33,18 @@ def _study(quality, seed_sd=0.05, noise=1.0, plateaued=lambda v: True, dev=None)
             means = np.array([quality(scorer, reverse, b) for b in BUCKETS])[strata]
             score = means + difficulty + offset + rng.normal(0, noise, len(strata))
             stats[vid] = np.stack([score, np.ones(len(strata))], axis=1)
-            rows.append({"variant": vid, "scorer": scorer, "reverse_source": reverse,
-                         "hidden_size": 256, "seed": seed, "rest": "{}",
-                         "plateaued": plateaued(vid),
-                         "best_dev_bleu": (dev or {}).get(scorer, 10.0) + seed * 0.01})  # fmt: skip
+            rows.append(
+                {
+                    "variant": vid,
+                    "scorer": scorer,
+                    "reverse_source": reverse,
+                    "hidden_size": 256,
+                    "seed": seed,
+                    "rest": "{}",
+                    "plateaued": plateaued(vid),
+                    "best_dev_bleu": (dev or {}).get(scorer, 10.0) + seed * 0.01,
+                }
+            )
     subsets = {b: np.flatnonzero(strata == i) for i, b in enumerate(BUCKETS)}
     subsets["inside"] = subsets["all"] = np.arange(len(strata))
     estimator = ContrastEstimator(stats, subsets, Resampler(strata, 300, 5), metric=_mean)
@@ -122,3 +130,47 @@ def test_each_finding_reports_effect_interval_and_mde(title):
     findings, _ = _study(good_attention)
     main = findings[title].main.estimate
     assert main.low < main.estimate < main.high and main.mde > 0 and main.seeds == 3
+
+
+def _size_study(gap_small, gap_large):
+    """dot and scaled_dot at hidden 128 and 512, 3 seeds each: dot minus scaled_dot is
+    ``gap_small`` at 128 and ``gap_large`` at 512 (plus none/additive for the grid)."""
+    rng = np.random.default_rng(4)
+    strata = np.repeat(np.arange(len(BUCKETS)), PER_BUCKET)
+    difficulty = rng.normal(0, 1, len(strata))
+    rows, stats = [], {}
+    for scorer, hidden, mean in [
+        ("none", 128, 10.0),
+        ("none", 512, 10.0),
+        ("scaled_dot", 128, 20.0),
+        ("scaled_dot", 512, 21.0),
+        ("dot", 128, 20.0 + gap_small),
+        ("dot", 512, 21.0 + gap_large),
+    ]:
+        for seed in (1, 2, 3):
+            vid = f"{scorer}-fwd-h{hidden}-s{seed}"
+            score = mean + difficulty + rng.normal(0, 0.05) + rng.normal(0, 1, len(strata))
+            stats[vid] = np.stack([score, np.ones(len(strata))], axis=1)
+            rows.append(
+                {
+                    "variant": vid,
+                    "scorer": scorer,
+                    "reverse_source": False,
+                    "hidden_size": hidden,
+                    "seed": seed,
+                    "rest": "{}",
+                    "plateaued": True,
+                    "best_dev_bleu": mean,
+                }
+            )
+    subsets = {b: np.flatnonzero(strata == i) for i, b in enumerate(BUCKETS)}
+    subsets["inside"] = subsets["all"] = np.arange(len(strata))
+    estimator = ContrastEstimator(stats, subsets, Resampler(strata, 300, 5), metric=_mean)
+    return {f.title: f for f in judge(estimator, Grid(pd.DataFrame(rows)), BUCKETS)}
+
+
+def test_hidden_size_rule_agrees_and_disagrees_on_the_size_x_scaling_interaction():
+    # unscaled dot falls behind scaled_dot as the size grows: the claim
+    assert _size_study(gap_small=0.0, gap_large=-2.0)["Hidden size"].verdict == "agrees"
+    # unscaled dot gains on scaled_dot as the size grows: against it
+    assert _size_study(gap_small=0.0, gap_large=2.0)["Hidden size"].verdict == "disagrees"
