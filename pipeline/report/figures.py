@@ -91,16 +91,19 @@ def _colours(scorers) -> dict[str, str]:
 
 
 def bleu_by_length_figure(by_length, path: Path) -> list[Path]:
-    """Bahdanau et al. (2014) Fig. 2 for this study: BLEU vs source length, one panel
-    per hidden size, a line per scorer (dashed: reversed source), 95% bootstrap bands."""
-    sizes = sorted(by_length["hidden_size"].unique())
+    """Bahdanau et al. (2014) Fig. 2 for this study: BLEU vs source length, small
+    multiples: one panel per hidden size and source order (at most one line per scorer
+    in a panel), 95% bootstrap bands."""
+    panels = sorted(by_length.groupby(["hidden_size", "reverse_source"]).groups)
     colours = _colours(by_length["scorer"].unique())
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False,
+                             sharey=True)  # fmt: skip
     labels = list(dict.fromkeys(by_length["bucket"]))
     ranges = dict(zip(by_length["bucket"], by_length.get("training_range", "inside")))
     beyond = [i for i, b in enumerate(labels) if ranges.get(b) == "beyond"]
-    for ax, size in zip(axes[0], sizes):
-        panel = by_length[by_length["hidden_size"] == size]
+    for ax, (size, reversed_source) in zip(axes[0], panels):
+        panel = by_length[(by_length["hidden_size"] == size)
+                          & (by_length["reverse_source"] == reversed_source)]  # fmt: skip
         if beyond:
             ax.axvspan(beyond[0] - 0.5, beyond[-1] + 0.5, color="0.9", zorder=0)
             ax.text(beyond[0] - 0.4, 0.02, "beyond the training cut", fontsize=7,
@@ -128,9 +131,10 @@ def bleu_by_length_figure(by_length, path: Path) -> list[Path]:
         ax.set_xticks(range(len(labels)), labels)
         ax.set_xlabel("source sentence length (words)")
         ax.set_ylabel("test BLEU")
-        ax.set_title(f"hidden size {size}")
+        order = "reversed source" if reversed_source else "forward source"
+        ax.set_title(f"hidden size {size}, {order}")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, ncol=2, loc="best")
+        ax.legend(fontsize=7, ncol=2, loc="best")
     fig.tight_layout()
     return save_figure(fig, path, FORMATS)
 
