@@ -68,10 +68,6 @@ class StudyData:
         table = self.evaluated
         return table[table.seed == table.groupby("config").seed.transform("min")]
 
-    @property
-    def variants(self) -> dict[str, dict[str, Any]]:
-        """``sweep.json``'s evaluated entries (model/train settings): for ``twins``."""
-        return {i: self.sweep["variants"][i] for i in self.evaluated.variant}
 
 
 def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
