@@ -18,7 +18,7 @@ import pandas as pd
 from pipeline.artifacts import EvalFiles
 from pipeline.config import Config
 from pipeline.infra import Infra
-from pipeline.io import atomic_dir
+from pipeline.io import atomic_dir, write_json
 from pipeline.provenance import git_commit, machine
 from pipeline.report.data import StudyData, load_study
 from pipeline.report.figures import (
@@ -172,6 +172,8 @@ def build_report(
             written["heatmaps"] = "figures/attention_heatmaps"
         table = summary_table(data)
         table.drop(columns=["order", "config"]).to_csv(tmp / "summary.csv", index=False)
+        write_json(tmp / "findings.json", data.findings)  # what the README's results quote
+        data.ranking.to_csv(tmp / "ranking.csv", index=False)
         context = {
             "title": config.report.title,
             "study": data.findings,

@@ -1,0 +1,81 @@
+"""The README's results, generated from the committed study outputs so they cannot go
+stale: ``metrics/test.json`` (the best scorer, chosen on dev), ``reports/ranking.csv`` and
+``reports/findings.json``. The block sits between two markers in README.md.
+
+    python -m pipeline.report.readme_block            # rewrite the block in README.md
+    python -m pipeline.report.readme_block --check    # exit 1 if it differs (CI's test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.report.findings import bleu_ci, ci
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def render(root: Path) -> str:
+    metrics = json.loads((root / "metrics" / "test.json").read_text())
+    findings = json.loads((root / "reports" / "findings.json").read_text())
+    ranking = pd.read_csv(root / "reports" / "ranking.csv")
+    main = findings["main_decoding"]
+    best = metrics["best"]
+    lines = [
+        f"**Best scorer: {best['scorer']}** (chosen on dev; test BLEU {best['bleu_inside']:.2f} "
+        f"inside the training lengths, {best['bleu_all']:.2f} on all lengths, mean over seeds).",
+        "",
+        "| rank | scorer | seeds | test BLEU inside the training lengths [95% CI] |",
+        "|---|---|---|---|",
+    ]
+    for r in ranking.itertuples():
+        lines.append(f"| {r.rank} | {r.scorer} | {r.seeds} | "
+                     f"{bleu_ci(r.bleu_inside, r.low_inside, r.high_inside)} |")  # fmt: skip
+    lines += [
+        "",
+        f"| finding | verdict ({main}) | greedy | effect, BLEU [95% CI] | MDE |",
+        "|---|---|---|---|---|",
+    ]
+    greedy = {f["title"]: f["verdict"] for f in findings["findings"].get("greedy", [])}
+    for f in findings["findings"][main]:
+        part = f["parts"][0] if f["parts"] and f["parts"][0].get("estimate") is not None else None
+        effect = ci(part["estimate"], part["low"], part["high"]) if part else "-"
+        mde = f"{part['mde']:.2f}" if part else "-"
+        lines.append(f"| {f['title']} | {f['verdict']} | {greedy.get(f['title'], '-')} | "
+                     f"{effect} | {mde} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def replace_block(text: str, block: str) -> str:
+    if START not in text or END not in text:
+        raise ValueError(f"README.md: no {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{block}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=Path("."))
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    readme = args.root / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    updated = replace_block(text, render(args.root))
+    if args.check:
+        if updated != text:
+            print("README.md: the results block differs from metrics/ and reports/; run "
+                  "python -m pipeline.report.readme_block", file=sys.stderr)  # fmt: skip
+            return 1
+        return 0
+    readme.write_text(updated, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
