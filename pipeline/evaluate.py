@@ -199,7 +199,8 @@ def evaluate(
     with atomic_path(metrics_dir / VARIANT_PLOTS_FILE) as path:
         table[table.status == "finished"][["variant", "bleu"]].to_csv(path, index=False)
     try:  # the outputs are written: tracking trouble is a warning, not a failed stage
-        _log_to_mlflow(tracker, config, sweep, metrics, out_dir, (test_file, test_sha), key)
+        best = json.loads((metrics_dir / METRICS_FILE).read_text())["best"]
+        _log_to_mlflow(tracker, config, sweep, metrics, out_dir, (test_file, test_sha), key, best)
     except Exception as err:
         logger.warning("MLflow logging of the evaluation incomplete: %s: %s",
                        type(err).__name__, err)  # fmt: skip
@@ -331,9 +332,10 @@ def _log_to_mlflow(
     out_dir: Path,
     test: tuple[Path, str],
     key: str,
+    best: dict[str, Any],
 ) -> None:
-    """The evaluation's MLflow runs: a parent (the study table, significance; the report
-    stage adds the report) and one ``test`` child per variant with its test scores next
+    """The evaluation's MLflow runs: a parent (the study table, the findings, the best
+    scorer chosen on dev; the report stage adds the report) and one ``test`` child per variant with its test scores next
     to its training summary and a link to its training run. Found by tags, so a rerun or
     a deleted run never breaks the stage."""
     evaluate_params = {f"evaluate.{k}": v for k, v in config.evaluate.model_dump().items()}
@@ -345,6 +347,11 @@ def _log_to_mlflow(
     )
     try:
         _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params)
+        if best.get("scorer"):  # the study's one "best": the scorer chosen on dev
+            tracker.log_metrics(parent_id, {"best_test_bleu": best["bleu_inside"]})
+            tracker.set_tags(parent_id, {"best_scorer": best["scorer"],
+                                         "best_chosen_on": best["chosen_on"]})  # fmt: skip
+        tracker.finish(parent_id)
     except Exception:
         tracker.finish(parent_id, "FAILED")
         raise
@@ -353,7 +360,6 @@ def _log_to_mlflow(
 def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params):
     test_file, test_sha = test
     training_runs = tracker.newest_by("config_hash", {"kind": "train"})
-    best = {}
     for variant_id, result in tqdm(metrics.items(), desc="MLflow test runs", unit="run"):
         info = sweep["variants"][variant_id]
         train_metrics, tags = training_summary(info)
@@ -375,13 +381,8 @@ def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evalu
         files = EvalFiles(out_dir / variant_id)
         tracker.log_artifacts(run_id, [files.metrics, files.by_length, files.hypotheses])
         tracker.finish(run_id)
-        best[variant_id] = result["bleu"]
-    top = max(best, key=best.get)
-    tracker.log_metrics(parent_id, {"best_test_bleu": best[top]})
-    tracker.set_tags(parent_id, {"best_variant": top})
     tracker.log_artifacts(parent_id, [out_dir / STUDY_TABLE, out_dir / COMPARISONS,
                                       out_dir / FINDINGS])  # fmt: skip
-    tracker.finish(parent_id)
 
 
 def _variant_params(info: dict) -> dict[str, Any]:
