@@ -86,8 +86,13 @@ def worker(spec: dict[str, Any]) -> None:
     probes = spec.get("probes")
     with tempfile.TemporaryDirectory(prefix="ttq-") as folder:
         with probed(probes["every"], probes["until"]) if probes else contextlib.nullcontext():
-            result = train_variant(variant, ROOT / "data" / "tok", Path(folder), callback=report,
-                                   time_limit=TimeLimit(60 * spec["minutes"], fail=False))
+            result = train_variant(
+                variant,
+                ROOT / "data" / "tok",
+                Path(folder),
+                callback=report,
+                time_limit=TimeLimit(60 * spec["minutes"], fail=False),
+            )
     print(json.dumps({"tokens_per_s": result.tokens_per_s, "steps": result.steps}), flush=True)
 
 

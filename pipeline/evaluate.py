@@ -335,9 +335,9 @@ def _log_to_mlflow(
     best: dict[str, Any],
 ) -> None:
     """The evaluation's MLflow runs: a parent (the study table, the findings, the best
-    scorer chosen on dev; the report stage adds the report) and one ``test`` child per variant with its test scores next
-    to its training summary and a link to its training run. Found by tags, so a rerun or
-    a deleted run never breaks the stage."""
+    scorer chosen on dev; the report stage adds the report) and one ``test`` child per
+    variant with its test scores next to its training summary and a link to its training
+    run. Found by tags, so a rerun or a deleted run never breaks the stage."""
     evaluate_params = {f"evaluate.{k}": v for k, v in config.evaluate.model_dump().items()}
     parent_id = tracker.find_or_start(
         f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",

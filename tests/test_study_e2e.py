@@ -198,8 +198,14 @@ def test_failed_variants_are_reported_not_fatal(project):
     assert all("plateaued twins" in f["why"] for f in findings["findings"]["beam"])
     curves = pd.read_csv(root / "eval" / "learning_curves.csv")
     assert set(curves.variant) == set(summary[summary.status == "evaluated"].variant)
-    sections = ("## The answer", "## Paired differences", "## Findings in detail",
-                "## Learning curves", "## Sample translations", "## Exploratory comparisons")
+    sections = (
+        "## The answer",
+        "## Paired differences",
+        "## Findings in detail",
+        "## Learning curves",
+        "## Sample translations",
+        "## Exploratory comparisons",
+    )
     for section in sections:
         assert section in readme, section
     answer = readme.split("## The answer")[1].split("## ")[0]

@@ -228,9 +228,7 @@ def test_a_slow_machine_trains_the_same_steps_and_weights(make_variant, tiny_tok
     _same_weights(tmp_path / "fast" / "checkpoint.pt", tmp_path / "slow" / "checkpoint.pt")
 
 
-def test_learning_rate_floor_counts_as_a_plateau(
-    make_variant, tiny_tok_dir, tmp_path, monkeypatch
-):
+def test_learning_rate_floor_counts_as_a_plateau(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
     """min_learning_rate: once the decays take the rate below it, the variant has
     plateaued, before ``patience`` runs out."""
     losses = iter([2.0, 1.0, 1.5, 1.4, 1.3, 1.2, 1.1, 0.5])

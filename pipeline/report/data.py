@@ -69,7 +69,6 @@ class StudyData:
         return table[table.seed == table.groupby("config").seed.transform("min")]
 
 
-
 def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
     sweep = _read_json(models_dir / SWEEP_FILE)
     evaluation = _read_json(eval_dir / EVAL_SUMMARY)

@@ -114,8 +114,12 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
         )
     parts.append(
         f"{len(evaluated) - len(capped)} of {len(evaluated)} variants trained until their dev "
-        f"loss plateaued" + (f"; {len(capped)} stopped at the step cap and are left out of "
-                             "the confirmatory tests" if capped else "")  # fmt: skip
+        f"loss plateaued"
+        + (
+            f"; {len(capped)} stopped at the step cap and are left out of the confirmatory tests"
+            if capped
+            else ""
+        )  # fmt: skip
     )
     dependent = study.get("decoding_dependent") or []
     if "greedy" in study["findings"] and study["main_decoding"] != "greedy":
