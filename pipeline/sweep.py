@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ray import tune
+from tqdm import tqdm
 
 from pipeline.artifacts import SWEEP_FILE, VariantFiles
 from pipeline.cluster import (
@@ -233,6 +234,34 @@ class OutputsCallback(tune.Callback):
         self.cache.set_resume(spec.config_hash, variant_id, None)
 
 
+class StudyProgress(tune.Callback):
+    """Driver side: one progress bar over the variants to train ("7/18 variants, 41:10
+    left"), with the steps of the running trials, beside Tune's per-trial table. The ETA
+    is tqdm's, from the variants finished so far."""
+
+    def __init__(self, total: int):
+        self.bar = tqdm(total=total, desc="study", unit="variant", dynamic_ncols=True)
+        self.steps: dict[str, int] = {}
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.steps[trial.config["variant"]] = int(result.get("step", 0))
+        running = ", ".join(f"{v} step {s}" for v, s in self.steps.items())
+        self.bar.set_postfix_str(running, refresh=True)
+
+    def _done(self, trial) -> None:
+        self.steps.pop(trial.config["variant"], None)
+        self.bar.update()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._done(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._done(trial)
+
+    def on_experiment_end(self, trials, **info):
+        self.bar.close()
+
+
 # ----------------------------------------------------------------------- sweep
 def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, callbacks):
     ray_cfg = infra.ray
@@ -302,7 +331,8 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         outputs = OutputsCallback(todo, paths.models_dir, paths.cache)
         tracking = MlflowCallback(tracker, parent_id, todo, paths.models_dir, data, paths.tok_dir)
         try:
-            grid = _tune(todo, data, infra, paths, [outputs, tracking])
+            progress = StudyProgress(len(todo))
+            grid = _tune(todo, data, infra, paths, [outputs, tracking, progress])
             _raise_if_interrupted(grid, outputs)
         except SweepInterruptedError:
             raise  # its MLflow runs stay open: the rerun continues them

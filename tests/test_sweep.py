@@ -36,6 +36,7 @@ def trained(tmp_path_factory):
     params = make_project(root)
     result = stage("stages.train", params, root, *train_args(root))
     assert result.returncode == 0, result.stderr[-3000:]
+    (root / "train.stderr").write_text(result.stderr)
     return root, params
 
 
@@ -54,6 +55,9 @@ def test_grid_trains_every_variant_with_outputs(trained):
         for name in ("checkpoint.pt", "history.csv", "config.json", "result.json"):
             assert (folder / name).is_file(), (variant_id, name)
         assert not (folder / "last.pt").exists(), variant_id  # finished: no resume state
+    # one study-level progress bar over the variants, beside Tune's per-trial table
+    assert "study: 100%" in (root / "train.stderr").read_text()
+    assert "4/4" in (root / "train.stderr").read_text()
     assert (root / "models" / "additive-fwd-h16-s1" / "dev_attention.png").is_file()
     assert not (root / "models" / "none-fwd-h16-s1" / "dev_attention.png").exists()
 
