@@ -71,7 +71,7 @@ def bleu_from_stats(totals: np.ndarray) -> np.ndarray:
         log_p = np.where(total > 0, np.log(np.maximum(precision, 1e-300)), -9999999999.0)
         bp = np.where(hyp < ref, np.exp(1 - ref / np.maximum(hyp, 1e-300)), 1.0)
     score = bp * np.exp(log_p.mean(axis=-1))
-    return np.where(hyp > 0, score, 0.0)
+    return np.where((hyp > 0) & (correct.sum(axis=-1) > 0), score, 0.0)  # no match: 0
 
 
 def corpus_bleu(stats: np.ndarray, rows: np.ndarray | None = None) -> float:

@@ -51,6 +51,12 @@ def test_bleu_of_a_hypothesis_with_no_four_gram_match_is_smoothed_as_sacrebleu()
     assert float(bleu_from_stats(sentence_stats(hyps, refs).sum(0))) == pytest.approx(expected)
 
 
+def test_bleu_of_output_with_no_matching_word_is_zero_as_in_sacrebleu():
+    hyps, refs = ["x y z", "q"], ["a b c d", "e f"]
+    assert BLEU().corpus_score(hyps, [refs]).score == 0.0
+    assert float(bleu_from_stats(sentence_stats(hyps, refs).sum(0))) == 0.0
+
+
 def _mean_metric(totals):
     return totals[..., 0] / totals[..., 1]
 
