@@ -362,8 +362,10 @@ def judge(
     for part, adjusted in zip(primary, holm([p.estimate.p for p in primary])):
         part.p_holm = adjusted
     levels = max(len(primary), 1)
+    for part in primary:  # the MDE of a primary test is at the level Holm can reach
+        part.estimate.mde = mde(part.estimate.se, part.estimate.df, alpha / levels)
     for finding in findings:
-        _decide(finding, alpha, levels)
+        _decide(finding, alpha)
     return findings
 
 
@@ -385,7 +387,7 @@ def _state(part: Part, alpha: float) -> str:
     return "supported" if positive == (part.claim == "> 0") else "contradicted"
 
 
-def _decide(finding: Finding, alpha: float, levels: int) -> None:
+def _decide(finding: Finding, alpha: float) -> None:
     for part in finding.parts:
         part.state = _state(part, alpha)
     main = finding.main
@@ -403,8 +405,7 @@ def _decide(finding: Finding, alpha: float, levels: int) -> None:
     if all(s == "supported" for s in states):
         finding.verdict, finding.why = "agrees", "every part supported"
         return
-    e = main.estimate
-    holm_mde = mde(e.se, e.df, alpha / levels)
+    holm_mde = main.estimate.mde
     effect = LITERATURE_EFFECT.get(finding.title, 0.0)
     if main.state == "undecided" and holm_mde > effect:
         finding.verdict = "not testable"

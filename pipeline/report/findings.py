@@ -12,7 +12,9 @@ from pipeline.evaluation import format_p
 from pipeline.findings import FLAT_MARGIN, LITERATURE_EFFECT
 from pipeline.statistics import ALPHA, POWER
 
-VERDICT_HEADERS = ["finding", "verdict", "greedy", "effect [95% CI]", "MDE", "seeds", "why"]
+VERDICT_HEADERS = ["finding", "verdict", "greedy", "effect [95% CI]", "MDE (Holm level)", "seeds",
+                   "why"]  # fmt: skip
+# MDE: at the Holm level for the primary tests, at alpha for the equivalence parts
 PART_HEADERS = ["contrast", "claim", "estimate [95% CI]", "per seed", "p", "p Holm", "MDE",
                 "state"]  # fmt: skip
 RANK_HEADERS = ["rank", "scorer", "seeds", "BLEU inside [95% CI]", "BLEU all lengths [95% CI]",

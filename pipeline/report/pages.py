@@ -101,7 +101,9 @@ _RANK_NOTE = (
 )
 _EXPLORE_NOTE = (
     "Exploratory: not declared in advance, unadjusted p-values, never a verdict. Each "
-    "scorer minus the best scorer (chosen on dev) and minus none, inside the training lengths."
+    "scorer minus the best scorer (chosen on dev) and minus none, inside the training "
+    "lengths. Where a scorer has one seed, its interval covers test sentences only: seed "
+    "spread of 1-2 BLEU between seeds of one configuration is not in it."
 )
 _SECTIONS = [
     ("answer", "The answer"), ("differences", "Paired differences"),
@@ -171,7 +173,9 @@ def render_html(c: dict[str, Any]) -> str:
             f"{_e(f['verdict'])}</span></h3>",
             f"<p><em>Literature.</em> {_e(f['literature'])}</p>",
             f"<p><em>Test, stated in advance.</em> {_e(f['criterion'])}</p>",
-            _html_table(PART_HEADERS, part_rows(f)),
+            _html_table(PART_HEADERS, part_rows(f))
+            if f["parts"]
+            else f"<p>No contrast: {_e(f['why'])}.</p>",
         ]
     if "bleu_by_length" in figures:
         headers, rows = by_length_pivot(c["by_length"])
@@ -249,7 +253,8 @@ def render_markdown(c: dict[str, Any]) -> str:
     for f in study["findings"][main]:
         lines += [f"### {f['title']}: {f['verdict']}", "", f"*Literature.* {f['literature']}",
                   "", f"*Test, stated in advance.* {f['criterion']}", "",
-                  _md_table(PART_HEADERS, part_rows(f)), ""]  # fmt: skip
+                  _md_table(PART_HEADERS, part_rows(f)) if f["parts"] else
+                  f"No contrast: {f['why']}.", ""]  # fmt: skip
     if "bleu_by_length" in figures:
         headers, rows = by_length_pivot(c["by_length"])
         lines += ["## BLEU by source length", "",
