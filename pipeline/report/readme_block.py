@@ -38,7 +38,7 @@ def render(root: Path) -> str:
                      f"{bleu_ci(r.bleu_inside, r.low_inside, r.high_inside)} |")  # fmt: skip
     lines += [
         "",
-        f"| finding | verdict ({main}) | greedy | effect, BLEU [95% CI] | MDE |",
+        f"| finding | verdict ({main}) | greedy | effect, BLEU [95% CI] | MDE (Holm level) |",
         "|---|---|---|---|---|",
     ]
     greedy = {f["title"]: f["verdict"] for f in findings["findings"].get("greedy", [])}
