@@ -21,6 +21,7 @@ import logging
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -51,7 +52,7 @@ def _variant(variants: dict, variant_id: str):
     if base is None or not seed.isdigit():
         raise SystemExit(f"--ids: {variant_id}: not a grid variant (or one with another seed)")
     train = base.train.model_copy(update={"seed": int(seed)})
-    return base.__class__(variant_id, base.model, train, {**base.axes, "seed": int(seed)})
+    return replace(base, id=variant_id, train=train, axes={**base.axes, "seed": int(seed)})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,8 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.eval_every:
         overrides["eval_every_steps"] = args.eval_every
     # only the fields a run must not stop on; the learning-rate schedule is the study's
-    chosen = [v.__class__(v.id, v.model, v.train.model_copy(update=overrides), v.axes)
-              for v in chosen]  # fmt: skip
+    chosen = [replace(v, train=v.train.model_copy(update=overrides)) for v in chosen]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
         futures = {

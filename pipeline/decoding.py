@@ -96,8 +96,7 @@ class DecodeResult:
     def write(self, folder: Path) -> None:
         files = EvalFiles(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        text = "".join(t.replace("\n", " ") + "\n" for t in self.hypotheses)
-        write_text(files.hypotheses, text)
+        write_hypotheses(files.hypotheses, self.hypotheses)
         if self.attention:
             with atomic_path(files.attention) as tmp:
                 with open(tmp, "wb") as handle:
@@ -105,6 +104,11 @@ class DecodeResult:
             pieces = json.dumps(self.pieces, ensure_ascii=False, indent=1)
             write_text(files.attention_pieces, pieces)
         write_json(files.decode, self.stats)
+
+
+def write_hypotheses(path: Path, hypotheses: list[str]) -> None:
+    """One translation per line (a newline inside one becomes a space)."""
+    write_text(path, "".join(t.replace("\n", " ") + "\n" for t in hypotheses))
 
 
 def decode_variant(spec: DecodeSpec, data: TokenizedData) -> DecodeResult:

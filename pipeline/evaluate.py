@@ -60,7 +60,12 @@ from pipeline.cluster import TaskResources, init_ray, run_tasks
 from pipeline.config import Config, EvaluateConfig
 from pipeline.data.fetch import read_tsv_pairs
 from pipeline.data.tokenized import TokenizedData
-from pipeline.decoding import DecodeSpec, attention_example_indices, decode_variant
+from pipeline.decoding import (
+    DecodeSpec,
+    attention_example_indices,
+    decode_variant,
+    write_hypotheses,
+)
 from pipeline.evaluation import Buckets, Scorer, score_system
 from pipeline.infra import Infra
 from pipeline.io import atomic_dir, atomic_path, write_json, write_text
@@ -109,7 +114,8 @@ def evaluate(
     out_dir: Path,
     metrics_dir: Path,
 ) -> dict[str, Any]:
-    """Run the whole evaluate stage; returns the top-level metrics."""
+    """Run the whole evaluate stage; returns ``eval/summary.json``'s content plus
+    ``headline`` (``metrics/test.json``'s)."""
     sweep = load_sweep(models_dir)
     trained = {i: v for i, v in sweep["variants"].items() if v["status"] in ("finished", "cached")}
     if not trained:
@@ -166,9 +172,7 @@ def evaluate(
                     hypotheses[variant_id], references, scorer.target_language
                 )
             if "greedy" in outputs and main != "greedy":
-                write_text(files.folder / GREEDY_HYPOTHESES,
-                           "".join(h.replace("\n", " ") + "\n"
-                                   for h in outputs["greedy"][variant_id]))  # fmt: skip
+                write_hypotheses(files.folder / GREEDY_HYPOTHESES, outputs["greedy"][variant_id])
             with atomic_path(files.folder / SENTENCE_STATS) as path, open(path, "wb") as handle:
                 np.savez_compressed(handle, **{n: stats[n][variant_id] for n in outputs})
             result = score_system(
@@ -192,19 +196,21 @@ def evaluate(
         summary = _summary(tmp, metrics, sweep, examples, key)
         table = study_table(sweep, summary)
         table.to_csv(tmp / STUDY_TABLE, index=False)
-    write_json(metrics_dir / METRICS_FILE, headline(table, study))
+    top = headline(table, study)
+    write_json(metrics_dir / METRICS_FILE, top)
     rows = [{"variant": i, **entry} for i, r in metrics.items() for entry in r["by_length"]]
     with atomic_path(metrics_dir / PLOTS_FILE) as path:
         pd.DataFrame(rows).to_csv(path, index=False)
     with atomic_path(metrics_dir / VARIANT_PLOTS_FILE) as path:
         table[table.status == "finished"][["variant", "bleu"]].to_csv(path, index=False)
     try:  # the outputs are written: tracking trouble is a warning, not a failed stage
-        best = json.loads((metrics_dir / METRICS_FILE).read_text())["best"]
-        _log_to_mlflow(tracker, config, sweep, metrics, out_dir, (test_file, test_sha), key, best)
+        _log_to_mlflow(
+            tracker, config, sweep, metrics, out_dir, (test_file, test_sha), key, top["best"]
+        )
     except Exception as err:
         logger.warning("MLflow logging of the evaluation incomplete: %s: %s",
                        type(err).__name__, err)  # fmt: skip
-    return summary
+    return {**summary, "headline": top}
 
 
 def _checkpoint_bytes(folder: Path) -> bytes:

@@ -1,10 +1,9 @@
 """Translation quality: sacreBLEU/chrF, BLEU by source length, intervals, paired tests.
 
-Everything statistical is sacreBLEU's own: the 95% intervals are its bootstrap
-(``sacrebleu --confidence``), the paired comparisons its approximate randomization and
-paired bootstrap tests (``--paired-ar``, ``--paired-bs``; :class:`sacrebleu.significance.
-PairedTest`), seeded through ``evaluate.bootstrap_seed``. Holm's correction over all the
-study's comparisons comes from statsmodels.
+A variant's 95% intervals are sacreBLEU's own bootstrap (``sacrebleu --confidence``),
+seeded through ``evaluate.bootstrap_seed``; the comparisons between variants, whose
+intervals also cover seeds, are :mod:`pipeline.statistics`'. Holm's correction comes from
+statsmodels.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from typing import Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
-from sacrebleu.significance import PairedTest
 from statsmodels.stats.multitest import multipletests
 
 from pipeline.data.split import bucket_label, length_bucket
@@ -44,7 +42,7 @@ class Buckets:
 
 class Scorer:
     """sacreBLEU BLEU and chrF of one target language, with sacreBLEU's own bootstrap
-    intervals and paired tests (:mod:`sacrebleu.significance`)."""
+    intervals."""
 
     def __init__(self, target_language: str | None = None, seed: int = 12345):
         self.target_language = target_language or ""
@@ -70,35 +68,6 @@ class Scorer:
 
     def chrf_score(self, hypotheses: list[str], references: list[str]) -> float:
         return float(self.chrf.corpus_score(hypotheses, [references]).score)
-
-    def paired_tests(
-        self,
-        references: list[str],
-        baseline: tuple[str, list[str]],
-        systems: dict[str, list[str]],
-        *,
-        ar_trials: int,
-        bootstrap_samples: int,
-    ) -> dict[str, dict[str, float]]:
-        """Each system against ``baseline`` on the same sentences with sacreBLEU's two
-        paired tests: approximate randomization (Riezler & Maxwell 2005; ``ar_trials``
-        shuffles) and paired bootstrap resampling (Koehn 2004). Both are two-sided; the
-        smallest p-value AR can return is 1 / (trials + 1)."""
-        if not systems:
-            return {}
-        named = [baseline, *systems.items()]
-        out: dict[str, dict[str, float]] = {n: {} for n in systems}
-        for test, samples in (("ar", ar_trials), ("bs", bootstrap_samples)):
-            metric = BLEU(trg_lang=self.target_language)
-            with _sacrebleu_seed(self.seed):
-                _, scores = PairedTest(named, {"BLEU": metric}, [references], test, samples)()
-            base = scores["BLEU"][0].score
-            for name, result in zip(scores["System"][1:], scores["BLEU"][1:]):
-                out[name].update(
-                    {"bleu": result.score, "baseline_bleu": base,
-                     "delta": result.score - base, f"p_{test}": float(result.p_value)}
-                )  # fmt: skip
-        return out
 
 
 @contextmanager

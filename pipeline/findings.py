@@ -30,20 +30,20 @@ dev BLEU over the seeds every candidate has (equal seeds, matched twins).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from pipeline.evaluation import holm
 from pipeline.statistics import (
     ALPHA,
     Contrast,
     ContrastEstimator,
     Estimate,
     Term,
-    holm,
     mde,
 )
 
@@ -185,160 +185,114 @@ def choose_reference(grid: Grid) -> tuple[str | None, dict[str, float]]:
 
 
 # -------------------------------------------------------------------------- findings
+@dataclass(frozen=True)
+class Spec:
+    """One declared part: a contrast (None when the grid lacks its variants) and its claim.
+    A ``flat`` claim's margin is :data:`FLAT_MARGIN` of the BLEU of the contrast's
+    subtracted term (the shorter sentences)."""
+
+    label: str
+    claim: str  # "> 0" | "< 0" | "flat"
+    contrast: Contrast | None
+
+
 def _contrast(name: str, *terms: tuple[float, dict[int, str], str]) -> Contrast | None:
     built = tuple(Term(w, s, subset) for w, s, subset in terms)
     contrast = Contrast(name, built)
     return contrast if all(t.systems for t in built) and len(contrast.seeds) >= 2 else None
 
 
+def _difference(name: str, plus: dict, minus: dict, subset: str, minus_subset: str = ""):
+    """``plus`` minus ``minus`` (``minus`` on ``minus_subset`` when given)."""
+    return _contrast(name, (1, plus, subset), (-1, minus, minus_subset or subset))
+
+
+def _interaction(name: str, a1: dict, a0: dict, b1: dict, b0: dict, s1: str, s0: str):
+    """(a1 on s1 - a0 on s0) - (b1 on s1 - b0 on s0): how much more ``a`` changes than ``b``."""
+    return _contrast(name, (1, a1, s1), (-1, a0, s0), (-1, b1, s1), (1, b0, s0))
+
+
+ATTENTION = Finding(
+    "Attention",
+    "Attention (RNNsearch, additive scorer) translates better than the RNN Encoder-Decoder "
+    "without it (Bahdanau et al. 2014, Table 1).",
+    "additive minus none (forward source, test sentences inside the training lengths), "
+    "mean over seeds: > 0.",
+)
+LENGTH = Finding(
+    "Length",
+    "Without attention (RNNencdec) BLEU falls as sentences get longer; with attention "
+    "(RNNsearch) it stays nearly flat (Bahdanau et al. 2014, Fig. 2; Cho et al. 2014).",
+    "Inside the training lengths, BLEU on {last} minus on {first} words: the no-attention "
+    "model's change minus additive's < 0 (a length x model interaction), and additive's "
+    "change flat: within +-{margin:.0%} of its BLEU on {first} words (TOST). Buckets beyond "
+    "the training cut are extrapolation: described, not tested.",
+)
+REVERSAL = Finding(
+    "Reversal",
+    "Reversing the source helps the model without attention (Sutskever et al. 2014: "
+    "25.9 -> 30.6 BLEU); attention makes the order matter much less.",
+    "Inside the training lengths: none reversed minus forward > 0, and that gain minus "
+    "additive's reversal gain > 0 (an order x model interaction).",
+)
+SCORER = Finding(
+    "Scorer",
+    "Additive attention is slightly but consistently better than multiplicative (general) "
+    "attention: +0.2-0.7 BLEU (Britz et al. 2017, Table 6).",
+    "additive minus general (forward, inside the training lengths), mean over seeds: > 0.",
+)
+HIDDEN_SIZE = Finding(
+    "Hidden size",
+    "Dot products grow with the dimension of queries and keys, pushing the softmax into "
+    "regions of small gradients; scaling by 1/sqrt(d) avoids it (Vaswani et al. 2017, "
+    "sec. 3.2.1). Britz et al. (2017) vary the attention dimensionality (128-1024) and "
+    "find multiplicative attention falling behind additive as it grows. Here the "
+    "attention dimension of dot and scaled_dot is the hidden size.",
+    "dot minus scaled_dot at the largest hidden size minus the same at the smallest "
+    "< 0 (a size x scaling interaction), forward, inside the training lengths.",
+)
+
+
 def declare(grid: Grid, buckets: list[str], inside: str = "inside") -> list[tuple]:
-    """The primary hypotheses, as ``(Finding, [(label, claim, contrast, margin_fn), ...])``:
-    written before any number is read, from the grid alone."""
+    """The primary hypotheses, as ``(Finding, [Spec, ...])``: written before any number is
+    read, from the grid alone (a fresh copy of each declared :class:`Finding`)."""
     none_f, none_r = grid.systems("none"), grid.systems("none", reverse=True)
     add_f, add_r = grid.systems("additive"), grid.systems("additive", reverse=True)
-    gen_f = grid.systems("general")
     first, last = (buckets[0], buckets[-1]) if len(buckets) >= 2 else (None, None)
-    out = []
-
-    f = Finding(
-        "Attention",
-        "Attention (RNNsearch, additive scorer) translates better than the RNN Encoder-Decoder "
-        "without it (Bahdanau et al. 2014, Table 1).",
-        "additive minus none (forward source, test sentences inside the training lengths), "
-        "mean over seeds: > 0.",
-    )
-    out.append(
-        (
-            f,
-            [
-                (
-                    "additive - none",
-                    "> 0",
-                    _contrast("attention", (1, add_f, inside), (-1, none_f, inside)),
-                    None,
-                )
-            ],
-        )
-    )
-
-    f = Finding(
-        "Length",
-        "Without attention (RNNencdec) BLEU falls as sentences get longer; with attention "
-        "(RNNsearch) it stays nearly flat (Bahdanau et al. 2014, Fig. 2; Cho et al. 2014).",
-        f"Inside the training lengths, BLEU on {last} minus on {first} words: the no-attention "
-        f"model's change minus additive's < 0 (a length x model interaction), and additive's "
-        f"change flat: within +-{FLAT_MARGIN:.0%} of its BLEU on {first} words (TOST). "
-        "Buckets beyond the training cut are extrapolation: described, not tested.",
-    )
-    parts = []
+    criterion = LENGTH.criterion.format(first=first, last=last, margin=FLAT_MARGIN)
+    length_specs = []
     if first:
-        parts.append(
-            (
-                "none's fall minus additive's",
-                "< 0",
-                _contrast(
-                    "length x model",
-                    (1, none_f, last),
-                    (-1, none_f, first),
-                    (-1, add_f, last),
-                    (1, add_f, first),
-                ),
-                None,
-            )
-        )
-        parts.append(
-            (
-                "additive's change",
-                "flat",
-                _contrast("additive length change", (1, add_f, last), (-1, add_f, first)),
-                ("additive", first),
-            )
-        )
-    out.append((f, parts))
-
-    f = Finding(
-        "Reversal",
-        "Reversing the source helps the model without attention (Sutskever et al. 2014: "
-        "25.9 -> 30.6 BLEU); attention makes the order matter much less.",
-        "Inside the training lengths: none reversed minus forward > 0, and that gain minus "
-        "additive's reversal gain > 0 (an order x model interaction).",
-    )
-    out.append(
-        (
-            f,
-            [
-                (
-                    "none's reversal gain minus additive's",
-                    "> 0",
-                    _contrast(
-                        "order x model",
-                        (1, none_r, inside),
-                        (-1, none_f, inside),
-                        (-1, add_r, inside),
-                        (1, add_f, inside),
-                    ),
-                    None,
-                ),
-                (
-                    "none's reversal gain",
-                    "> 0",
-                    _contrast("none reversal gain", (1, none_r, inside), (-1, none_f, inside)),
-                    None,
-                ),
-            ],
-        )
-    )
-
-    f = Finding(
-        "Scorer",
-        "Additive attention is slightly but consistently better than multiplicative (general) "
-        "attention: +0.2-0.7 BLEU (Britz et al. 2017, Table 6).",
-        "additive minus general (forward, inside the training lengths), mean over seeds: > 0.",
-    )
-    out.append(
-        (
-            f,
-            [
-                (
-                    "additive - general",
-                    "> 0",
-                    _contrast("additive vs general", (1, add_f, inside), (-1, gen_f, inside)),
-                    None,
-                )
-            ],
-        )
-    )
-
-    sizes = grid.sizes()
-    f = Finding(
-        "Hidden size",
-        "Dot products grow with the dimension of queries and keys, pushing the softmax into "
-        "regions of small gradients; scaling by 1/sqrt(d) avoids it (Vaswani et al. 2017, "
-        "sec. 3.2.1). Britz et al. (2017) vary the attention dimensionality (128-1024) and "
-        "find multiplicative attention falling behind additive as it grows. Here the "
-        "attention dimension of dot and scaled_dot is the hidden size.",
-        "dot minus scaled_dot at the largest hidden size minus the same at the smallest "
-        "< 0 (a size x scaling interaction), forward, inside the training lengths.",
-    )
-    parts = []
+        length_specs = [
+            Spec("none's fall minus additive's", "< 0",
+                 _interaction("length x model", none_f, none_f, add_f, add_f, last, first)),
+            Spec("additive's change", "flat",
+                 _difference("additive length change", add_f, add_f, last, first)),
+        ]  # fmt: skip
+    sizes, size_specs = grid.sizes(), []
     if len(sizes) >= 2:
         small, large = sizes[0], sizes[-1]
-        parts.append(
-            (
-                "(dot - scaled_dot) large minus small",
-                "< 0",
-                _contrast(
-                    "size x scaling",
-                    (1, grid.systems("dot", hidden=large), inside),
-                    (-1, grid.systems("scaled_dot", hidden=large), inside),
-                    (-1, grid.systems("dot", hidden=small), inside),
-                    (1, grid.systems("scaled_dot", hidden=small), inside),
-                ),
-                None,
-            )
-        )
-    out.append((f, parts))
-    return out
+        dot = {h: grid.systems("dot", hidden=h) for h in (small, large)}
+        scaled = {h: grid.systems("scaled_dot", hidden=h) for h in (small, large)}
+        size_specs = [
+            Spec("(dot - scaled_dot) large minus small", "< 0",
+                 _interaction("size x scaling", dot[large], scaled[large], dot[small],
+                              scaled[small], inside, inside)),
+        ]  # fmt: skip
+    return [
+        (replace(ATTENTION, parts=[]), [Spec("additive - none", "> 0",
+                                   _difference("attention", add_f, none_f, inside))]),
+        (replace(LENGTH, criterion=criterion, parts=[]), length_specs),
+        (replace(REVERSAL, parts=[]), [
+            Spec("none's reversal gain minus additive's", "> 0",
+                 _interaction("order x model", none_r, none_f, add_r, add_f, inside, inside)),
+            Spec("none's reversal gain", "> 0",
+                 _difference("none reversal gain", none_r, none_f, inside)),
+        ]),
+        (replace(SCORER, parts=[]), [Spec("additive - general", "> 0",
+                                _difference("additive vs general", add_f,
+                                            grid.systems("general"), inside))]),
+        (replace(HIDDEN_SIZE, parts=[]), size_specs),
+    ]  # fmt: skip
 
 
 def judge(
@@ -348,15 +302,16 @@ def judge(
     declared = declare(grid, buckets)
     findings = []
     for finding, specs in declared:
-        for label, claim, contrast, margin_of in specs:
+        for spec in specs:
+            contrast = spec.contrast
             estimate = estimator.estimate(contrast, alpha) if contrast is not None else None
             margin = 0.0
-            if margin_of is not None and estimate is not None:
-                scorer, bucket = margin_of
-                systems = contrast.terms[1].systems
-                base = np.mean([estimator._score(systems[s], bucket)[0] for s in contrast.seeds])
-                margin = FLAT_MARGIN * float(base)
-            finding.parts.append(Part(label, claim, estimate, margin, primary=claim != "flat"))
+            if spec.claim == "flat" and estimate is not None:
+                base = contrast.terms[1]  # the subtracted term: BLEU on the shorter sentences
+                scores = [estimator.score(base.systems[s], base.subset) for s in contrast.seeds]
+                margin = FLAT_MARGIN * float(np.mean(scores))
+            primary = spec.claim != "flat"
+            finding.parts.append(Part(spec.label, spec.claim, estimate, margin, primary=primary))
         findings.append(finding)
     primary = [p for f in findings for p in f.parts if p.primary and p.estimate is not None]
     for part, adjusted in zip(primary, holm([p.estimate.p for p in primary])):
@@ -425,14 +380,13 @@ def exploratory(
     """Each attention scorer minus the reference and minus none (forward, findings size;
     unadjusted, seeds as available: one seed covers test sampling only)."""
     rows = []
-    none_f = grid.systems("none", confirmatory=False)
     scorers = [s for s in dict.fromkeys(grid.table.scorer) if s != "none"]
     for scorer in scorers:
         mine = grid.systems(scorer, confirmatory=False)
         for other, label in ((reference, "vs reference"), ("none", "vs none")):
             if other is None or other == scorer:
                 continue
-            theirs = none_f if other == "none" else grid.systems(other, confirmatory=False)
+            theirs = grid.systems(other, confirmatory=False)
             contrast = Contrast(
                 f"{scorer} - {other}", (Term(1, mine, inside), Term(-1, theirs, inside))
             )

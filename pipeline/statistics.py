@@ -1,6 +1,6 @@
 """Seed-aware statistics: paired differences whose intervals cover training seeds and
-test sentences, equivalence (TOST) and interaction tests, Holm over the primary
-hypotheses, and each design's minimal detectable effect.
+test sentences, equivalence (TOST) and interaction tests, and each design's minimal
+detectable effect (Holm's adjustment: :func:`pipeline.evaluation.holm`).
 
 The estimand of a comparison is a *contrast*: per seed ``s``, a weighted sum of corpus
 BLEU scores ``D_s = sum_j w_j * BLEU(system_j,s on sentences S_j)``, e.g. additive minus
@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats as scipy_stats
-from statsmodels.stats.multitest import multipletests
 
 ALPHA = 0.05
 """Family-wise error rate of the primary hypotheses (Holm), and the level of each
@@ -167,6 +166,10 @@ class ContrastEstimator:
         self.weights = resampler.weights
         self._cache: dict[tuple[str, str], tuple[float, np.ndarray]] = {}
 
+    def score(self, system: str, subset: str) -> float:
+        """The point score of one system on one subset."""
+        return self._score(system, subset)[0]
+
     def _score(self, system: str, subset: str) -> tuple[float, np.ndarray]:
         """Point score and bootstrap replicates of one system on one subset."""
         key = (system, subset)
@@ -229,10 +232,3 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> flo
     ``(t_{1-alpha/2} + t_{power}) * se``."""
     t = scipy_stats.t
     return float((t.ppf(1 - alpha / 2, df) + t.ppf(power, df)) * se)
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (statsmodels)."""
-    if not len(p_values):
-        return []
-    return [float(p) for p in multipletests(list(p_values), method="holm")[1]]

@@ -238,8 +238,7 @@ def train_variant(
     out_dir.mkdir(parents=True, exist_ok=True)
     if not isinstance(data, TokenizedData):
         data = TokenizedData.load(data)
-    trainer = _Trainer(variant, data, out_dir, callback, device)
-    trainer.time_limit, trainer.step_hook = time_limit, step_hook
+    trainer = _Trainer(variant, data, out_dir, callback, device, time_limit, step_hook)
     if not (resume and trainer.restore()):
         write_json(
             VariantFiles(out_dir).config,
@@ -334,7 +333,16 @@ class _DevSet:
 class _Trainer:
     """One variant's training loop: epochs of steps, evaluations, checkpoints, resume."""
 
-    def __init__(self, variant: Variant, data: TokenizedData, out_dir: Path, callback, device):
+    def __init__(
+        self,
+        variant: Variant,
+        data: TokenizedData,
+        out_dir: Path,
+        callback,
+        device,
+        time_limit: TimeLimit | None = None,
+        step_hook: Callable[[int], None] | None = None,
+    ):
         self.variant, self.cfg, self.files = variant, variant.train, VariantFiles(out_dir)
         self.callback, self.device = callback, device
         self.precision = resolve(self.cfg.precision, device)  # fp32 | bf16
@@ -355,8 +363,7 @@ class _Trainer:
         self.progress = Progress()
         self._wall_base, self._session_start = 0.0, time.perf_counter()
         self.resumed_at_step = 0
-        self.time_limit: TimeLimit | None = None
-        self.step_hook: Callable[[int], None] | None = None
+        self.time_limit, self.step_hook = time_limit, step_hook
 
     # ------------------------------------------------------------------ training
     def run(self) -> None:

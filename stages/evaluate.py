@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
-from pipeline.artifacts import METRICS_FILE
 from pipeline.evaluate import evaluate
 from stages._cli import REPO_ROOT, infra, parser, run
 
@@ -16,8 +14,7 @@ def main(args, config) -> None:
     names = (args.tok, args.raw, args.models, args.out, args.metrics)
     paths = [(REPO_ROOT / p).resolve() for p in names]
     summary = evaluate(config, infra(args), *paths)
-    headline = json.loads((paths[4] / METRICS_FILE).read_text())
-    best, verdicts = headline["best"], headline["verdicts"]
+    best, verdicts = summary["headline"]["best"], summary["headline"]["verdicts"]
     logger.info("evaluated %d variants; best scorer (chosen on dev): %s, test BLEU %s inside "
                 "the training lengths; verdicts: %s", len(summary["variants"]), best["scorer"],
                 best["bleu_inside"], verdicts)  # fmt: skip

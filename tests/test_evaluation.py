@@ -49,24 +49,6 @@ def test_training_range_of_buckets():
     assert buckets.training_range(5, None) == "inside"  # no cut: every length was trained
 
 
-def test_paired_tests_direction_and_significance():
-    scorer = Scorer(seed=1)
-    worse = [h.replace("sat", "lay") if i % 2 else h for i, h in enumerate(HYPS)]
-    result = scorer.paired_tests(
-        REFS, ("base", HYPS), {"good": REFS, "bad": worse}, ar_trials=500, bootstrap_samples=200
-    )
-    assert result["good"]["delta"] > 0 > result["bad"]["delta"]
-    for name in ("good", "bad"):
-        assert 0 < result[name]["p_ar"] < 0.05 and 0 < result[name]["p_bs"] < 0.05
-    assert result["good"]["p_ar"] >= 1 / 501  # AR's floor: 1/(trials+1), never 0
-    # as good as HYPS, its errors on other sentences: no significant difference
-    close = [r.replace("mat", "rug") if i % 3 == 1 else r for i, r in enumerate(REFS)]
-    tie = scorer.paired_tests(
-        REFS, ("base", HYPS), {"x": close}, ar_trials=500, bootstrap_samples=200
-    )
-    assert tie["x"]["p_ar"] > 0.05
-
-
 def test_holm_and_p_formatting():
     adjusted = holm([0.01, 0.04, 0.03, 0.5])
     assert adjusted == pytest.approx([0.04, 0.09, 0.09, 0.5])

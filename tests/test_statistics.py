@@ -15,7 +15,6 @@ from pipeline.statistics import (
     Term,
     bleu_from_stats,
     corpus_bleu,
-    holm,
     mde,
     sentence_stats,
 )
@@ -128,7 +127,3 @@ def test_one_seed_has_no_training_variance_and_says_so():
     estimate = ContrastEstimator(stats, {"all": np.arange(200)}, Resampler(np.zeros(200), 100, 1),
                                  metric=_mean_metric).estimate(contrast)  # fmt: skip
     assert estimate.seeds == 1 and estimate.se_seed == 0.0
-
-
-def test_holm_adjusts_in_order():
-    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
