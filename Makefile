@@ -39,8 +39,8 @@ lint: setup
 bench: setup          ## speed/memory benchmarks (not part of the tests)
 	python -m benchmarks.run
 
-# Issue 13's measurement: dev BLEU against minutes for our trainer, the issue day's
-# (18c646f) and JoeyNMT (its own venv, JOEYNMT_VENV), two at a time, about 40 minutes;
+# Time to quality: dev BLEU against minutes for our trainer, another revision's (--rev)
+# and JoeyNMT (its own venv, JOEYNMT_VENV), two at a time, about 40 minutes;
 # JoeyNMT runs beside a seed-2 copy of ours (the pairs go in order: 3 pairs of 6 runs);
 # needs data/tok (`dvc repro tokenize`). Results: benchmarks/results/time_to_quality.md.
 JOEYNMT_VENV ?= /work/joeynmt-venv
