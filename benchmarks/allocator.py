@@ -1,4 +1,4 @@
-"""glibc's allocator settings vs the pipeline's (:mod:`pipeline.allocator`), side by side.
+"""glibc's allocator settings vs the pipeline's (:mod:`pipeline.runtime.allocator`), side by side.
 
 Each round starts two one-thread training workers at once on the same batches, one with
 glibc's own settings (``"allocator": "default"``) and one with the pipeline's, and

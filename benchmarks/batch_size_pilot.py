@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from pipeline.config import load_config
-from pipeline.grid import Variant
-from pipeline.training import TimeLimit, train_variant
+from pipeline.config.grid import Variant
+from pipeline.train.trainer import TimeLimit, train_variant
 
 logger = logging.getLogger("benchmarks.batch_size_pilot")
 

@@ -3,7 +3,7 @@
     python -m benchmarks.energy_kernel --out benchmarks/results/energy-kernel-DATE
 
 Two readings, each alternating the two implementations (``ATTENTION_STUDY_NATIVE`` on and
-off, which ``pipeline.models.native`` reads at every call) round by round, one thread:
+off, which ``pipeline.kernels.native`` reads at every call) round by round, one thread:
 
 1. **The op**: forward and backward of ``additive_energy`` through a masked softmax, as
    Luong training runs it, on the (B, T, S) shapes of real 1000-token training batches
@@ -33,12 +33,12 @@ import torch
 from benchmarks import workloads
 from benchmarks.markdown import table
 from benchmarks.trials import ROOT, cpu_model, other_load
-from pipeline.allocator import tune_allocator
-from pipeline.config import ModelConfig, load_config
+from pipeline.config import load_config
+from pipeline.config.params import ModelConfig
 from pipeline.io import write_text
-from pipeline.models import native
-from pipeline.models.additive_energy import additive_energy
-from pipeline.onednn import size_primitive_cache
+from pipeline.kernels import native
+from pipeline.kernels.additive_energy import additive_energy
+from pipeline.runtime.process import prepare_process
 
 MODES = ("torch", "native")
 
@@ -139,8 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--rounds", type=int, default=5)
     cli.add_argument("--out", type=Path, required=True)
     args = cli.parse_args(argv)
-    tune_allocator()
-    size_primitive_cache()
+    prepare_process()  # as a trial does (pipeline.runtime.process)
     torch.set_num_threads(1)
     if native.additive_energy_kernel() is None:
         raise SystemExit("error: the compiled kernel did not build here (see the warning above)")

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.config import ModelConfig
+from pipeline.config.params import ModelConfig
 from pipeline.data.batching import Batch
-from pipeline.models.attention import LOCATION_MAX_POSITIONS
+from pipeline.scorers import catalogue
 
 BACKWARD_FACTOR = 3
 """Forward + backward = 3 x forward (one product forward, two backward)."""
@@ -84,14 +84,10 @@ def forward_flops(config: ModelConfig, vocab_size: int, shape: BatchShape) -> di
         "attentional_layer": 0,
         "vocabulary_projection": Q * 2 * H * V,
     }
-    if config.scorer in ("general", "additive"):
-        counts["key_projection"] = B * S * 2 * H * H
-    if config.scorer in ("dot", "scaled_dot", "general"):
-        counts["scoring"] = Q * 2 * S * H
-    elif config.scorer == "additive":
-        counts["scoring"] = Q * (2 * H * H + 2 * S * H)
-    elif config.scorer == "location":
-        counts["scoring"] = Q * 2 * H * LOCATION_MAX_POSITIONS
+    entry = catalogue.get(config.scorer)
+    if attention and entry is not None and entry.flops is not None:  # the catalogue's formula
+        per_key, per_query = entry.flops(H, S)
+        counts["key_projection"], counts["scoring"] = B * S * per_key, Q * per_query
     if bahdanau or rnnencdec:
         counts["attentional_layer"] = Q * 2 * (E + 2 * H) * H
     elif attention:

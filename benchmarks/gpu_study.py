@@ -1,7 +1,7 @@
 """A small study on one GPU, driven through the worker-side functions a Ray trial and a
-Ray decode task call (``pipeline.training.train_variant``, ``pipeline.decoding.decode_variant``),
-for machines without Ray, MLflow or DVC (the device machine: docs/cluster.md,
-"Measured on a GPU").
+Ray decode task call (``pipeline.train.trainer.train_variant``,
+``pipeline.evaluate.decode.decode_variant``), for machines without Ray, MLflow or DVC
+(the device machine: docs/cluster.md, "Measured on a GPU").
 
 For each scorer: the study's model (``params.yaml``, source order forward, hidden
 ``--hidden``) trains for ``--minutes`` of wall clock on ``data/tok`` on the GPU in the
@@ -30,14 +30,15 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from benchmarks.workloads import study_variant
-from pipeline.config import Config, load_config
+from pipeline.config import load_config
+from pipeline.config.params import Config
+from pipeline.data.dataset import TokenizedData
 from pipeline.data.fetch import read_tsv_pairs
-from pipeline.data.tokenized import TokenizedData
-from pipeline.decoding import DecodeSpec, decode_variant
-from pipeline.devices import TaskResources, claim_device
+from pipeline.evaluate.decode import DecodeSpec, decode_variant
 from pipeline.io import write_json, write_text
-from pipeline.models.precision import resolve
-from pipeline.training import TimeLimit, train_variant
+from pipeline.runtime.devices import TaskResources, claim_device
+from pipeline.runtime.precision import resolve
+from pipeline.train.trainer import TimeLimit, train_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 SCORERS = ["none", "dot", "scaled_dot", "general", "additive", "location"]

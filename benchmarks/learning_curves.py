@@ -10,7 +10,7 @@ the plateau rule on them.
     python -m benchmarks.learning_curves --steps 12000 --jobs 2 --out /tmp/curves
     python -m benchmarks.learning_curves --device cuda --jobs 12 --ids additive-fwd-h256-s1 ...
 
-Drives ``pipeline.training.train_variant`` directly (no Ray, MLflow or DVC), so it also
+Drives ``pipeline.train.trainer.train_variant`` directly (no Ray, MLflow or DVC), so it also
 runs on a machine that has only torch. Not part of the tests.
 """
 
@@ -27,13 +27,13 @@ from pathlib import Path
 import torch
 
 from pipeline.config import load_config
-from pipeline.grid import expand_grid
+from pipeline.config.grid import expand_grid
 
 logger = logging.getLogger("benchmarks.learning_curves")
 
 
 def _train(variant, tok_dir: str, out_dir: str, device: str, threads: int) -> tuple[str, float]:
-    from pipeline.training import train_variant
+    from pipeline.train.trainer import train_variant
 
     torch.set_num_threads(threads)
     start = time.perf_counter()

@@ -7,7 +7,7 @@ one thread, a start barrier) and train the same model (additive Luong h256 by de
 bf16) on the same real training batches, in the order training takes them
 (params.yaml's batches and curriculum, epoch after epoch; the worker's ``train_order``
 kind): one with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024`` (oneDNN's default), one with the
-capacity ``pipeline.onednn`` sets. The cache changes no number (a primitive is rebuilt
+capacity ``pipeline.runtime.onednn`` sets. The cache changes no number (a primitive is rebuilt
 bit for bit the same), so both make the same steps; only their speed and memory differ.
 Each reports its seconds per window of ``--window`` steps, its real target tokens/s, its
 total wall time and its peak RSS. To count the primitives each builds, run a worker
@@ -29,7 +29,7 @@ from benchmarks.markdown import table
 from benchmarks.trials import ROOT, cpu_model, run_trials
 from pipeline.config import load_config
 from pipeline.io import write_text
-from pipeline.onednn import CAPACITY, ENV
+from pipeline.runtime.onednn import CAPACITY, ENV
 
 logger = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 1024  # oneDNN's own default

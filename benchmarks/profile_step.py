@@ -32,9 +32,8 @@ import torch
 from torch.profiler import profile
 
 from benchmarks import workloads
-from pipeline.allocator import tune_allocator
-from pipeline.config import ModelConfig
-from pipeline.onednn import size_primitive_cache
+from pipeline.config.params import ModelConfig
+from pipeline.runtime.process import prepare_process
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")
 
@@ -52,8 +51,7 @@ def product_role(name: str, shapes: list[list[int]], batch: dict[str, int], voca
 
 
 def main(argv: list[str] | None = None) -> None:
-    tune_allocator()  # as training does (pipeline.allocator); ATTENTION_STUDY_MALLOC=default: off
-    size_primitive_cache()  # as training does (pipeline.onednn)
+    prepare_process()  # as a trial does (pipeline.runtime.process)
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--scorer", default="additive")
     cli.add_argument("--wiring", default="bahdanau", choices=["luong", "bahdanau"])

@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.config import ModelConfig
+from pipeline.config.params import ModelConfig
 from pipeline.data.batching import Batch
-from pipeline.data.tokenized import PAD_ID
+from pipeline.data.dataset import PAD_ID
 
 REFERENCE_SCORERS = ("dot", "scaled_dot", "general", "additive")
 """Scorers the reference implements."""

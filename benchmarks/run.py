@@ -15,7 +15,7 @@ Measures, each trial in its own process (``benchmarks.worker``):
 3. the pipeline vs ``benchmarks.reference`` (a per-step tutorial implementation of the
    same model in fp32 with plain Adam, checked to compute the same loss): additive and
    dot, both wirings; the pipeline in its precision and in fp32;
-4. decoding: sentences/s of greedy and beam-5 search (``pipeline.decoding`` batch sizes)
+4. decoding: sentences/s of greedy and beam-5 search (``pipeline.evaluate.decode`` batch sizes)
    on 300 test sentences, with the study's trained checkpoints when ``models/`` has them;
 5. peak RSS of every trial;
 6. threads: 2 concurrent 1-thread trials vs 1 trial with 2 threads; 2 concurrent trials
@@ -50,9 +50,9 @@ from benchmarks import sweep_scaling
 from benchmarks.markdown import render
 from benchmarks.study_log import parse_study_log
 from benchmarks.trials import ROOT, TrialRunner, cpu_model, other_load
-from pipeline.config import SCORERS, EvaluateConfig
+from pipeline.config.params import SCORERS, EvaluateConfig
 from pipeline.io import write_text
-from pipeline.models.precision import PRECISIONS, resolve
+from pipeline.runtime.precision import PRECISIONS, resolve
 
 logger = logging.getLogger("benchmarks.run")
 MAIN_VARIANT = {"scorer": "additive", "wiring": "luong"}

@@ -43,11 +43,10 @@ from benchmarks import workloads
 from benchmarks.flops import BatchShape, training_flops
 from benchmarks.markdown import table
 from benchmarks.trials import LoadWindow, cpu_model
-from pipeline.allocator import tune_allocator
-from pipeline.config import ModelConfig
+from pipeline.config.params import ModelConfig
 from pipeline.io import write_text
-from pipeline.models.precision import resolve
-from pipeline.onednn import size_primitive_cache
+from pipeline.runtime.precision import resolve
+from pipeline.runtime.process import prepare_process
 
 logger = logging.getLogger(__name__)
 
@@ -167,8 +166,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    tune_allocator()  # as training does
-    size_primitive_cache()  # as training does (pipeline.onednn)
+    prepare_process()  # as a trial does (pipeline.runtime.process)
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--scorer", default="additive")
     cli.add_argument("--wirings", nargs="+", default=["luong", "bahdanau"],

@@ -1,7 +1,7 @@
 """Time to quality: dev BLEU against wall-clock minutes, ours beside a peer toolkit.
 
 Trains, for ``--minutes`` each at one thread, the study's additive h256 model and its
-no-attention baseline with the trainer of this repo (``pipeline.training.train_variant``
+no-attention baseline with the trainer of this repo (``pipeline.train.trainer.train_variant``
 on ``data/tok``, the default corpus), and JoeyNMT 2.3 on the same train/dev split
 (``benchmarks/peer/joeynmt.py``, its own venv: ``bash benchmarks/peer/joeynmt_setup.sh``).
 Runs go two at a time (this machine has two cores), so each pair is measured side by
@@ -63,10 +63,12 @@ def worker(spec: dict[str, Any]) -> None:
 
     from benchmarks.workloads import study_variant
     from pipeline.config import load_config
-    from pipeline.models.precision import resolve
-    from pipeline.training import TimeLimit, train_variant
+    from pipeline.runtime.precision import resolve
+    from pipeline.runtime.process import prepare_process
+    from pipeline.train.trainer import OnEvaluation, TimeLimit, train_variant
 
     torch.set_num_threads(1)
+    prepare_process()
     config = load_config(ROOT / "params.yaml")
     overrides = {
         "scorer": spec["scorer"],
@@ -85,56 +87,48 @@ def worker(spec: dict[str, Any]) -> None:
 
     probes = spec.get("probes")
     with tempfile.TemporaryDirectory(prefix="ttq-") as folder:
-        with probed(probes["every"], probes["until"]) if probes else contextlib.nullcontext():
-            result = train_variant(
-                variant,
-                ROOT / "data" / "tok",
-                Path(folder),
-                callback=report,
-                time_limit=TimeLimit(60 * spec["minutes"], fail=False),
-            )
+        callbacks = [OnEvaluation(report)]
+        if probes:
+            callbacks.append(Probe(probes["every"], probes["until"]))
+        result = train_variant(
+            variant,
+            ROOT / "data" / "tok",
+            Path(folder),
+            callbacks=callbacks,
+            time_limit=TimeLimit(60 * spec["minutes"], fail=False),
+        )
     print(json.dumps({"tokens_per_s": result.tokens_per_s, "steps": result.steps}), flush=True)
 
 
-@contextlib.contextmanager
-def probed(every: int, until: int):
-    """Within it, ``train_variant`` also scores dev BLEU every ``every`` steps up to step
-    ``until`` (a *probe*: a finer curve than the trainer's own evaluations), printing
-    ``{"probe": row}`` lines.
+class Probe:
+    """A :class:`~pipeline.train.trainer.TrainCallback` that also scores dev BLEU every
+    ``every`` steps up to step ``until`` (a finer curve than the trainer's own
+    evaluations), printing ``{"probe": row}`` lines.
 
     A probe is measurement, not training: the same greedy dev BLEU as an evaluation, on the
     evaluated model, but it feeds no checkpoint, learning-rate decay or early stopping, it
-    draws no random numbers, and its time is taken off the trainer's clock (its wall time,
-    and so the time budget, run as without it). The trainer's own evaluations stay on the
+    draws no random numbers, and its time is off the trainer's clock (its wall time, and
+    so the time limit, run as without it). The trainer's own evaluations stay on the
     clock. Steps where the trainer evaluates anyway are not probed (an epoch's last step
     may be probed and then evaluated: the same model, scored twice)."""
-    import torch
 
-    from pipeline import training
+    def __init__(self, every: int, until: int):
+        self.every, self.until = every, until
 
-    base = training._Trainer
+    def on_step(self, trainer, step: int) -> None:
+        regular = trainer.cfg.eval_every_steps
+        if step % self.every or step > self.until or (regular and step % regular == 0):
+            return
+        start = time.perf_counter()
+        with trainer.off_the_clock():
+            bleu = trainer.dev_bleu()
+        row = {"epoch": trainer.progress.epoch, "step": step, "dev_bleu": bleu,
+               "wall_time": trainer.wall_time(), "tokens_per_s": None, "probe": True,
+               "probe_seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+        print(json.dumps({"probe": row}), flush=True)
 
-    class ProbedTrainer(base):
-        def _train_step(self, batch) -> None:
-            super()._train_step(batch)
-            step, regular = self.progress.step, self.cfg.eval_every_steps
-            if step % every or step > until or (regular and step % regular == 0):
-                return
-            if torch.device(self.device).type == "cuda":  # the queued steps stay on the clock
-                torch.cuda.synchronize(self.device)
-            start = time.perf_counter()
-            bleu = self.dev.bleu(self._evaluated_model(), self.device, self.precision)
-            self._session_start += time.perf_counter() - start  # off the clock
-            row = {"epoch": self.progress.epoch, "step": step, "dev_bleu": bleu,
-                   "wall_time": self._wall_time(), "tokens_per_s": None, "probe": True,
-                   "probe_seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
-            print(json.dumps({"probe": row}), flush=True)
-
-    training._Trainer = ProbedTrainer
-    try:
-        yield
-    finally:
-        training._Trainer = base
+    def on_evaluation(self, trainer, row) -> None:
+        pass
 
 
 # ------------------------------------------------------------------------ driver
@@ -259,8 +253,9 @@ def third_epoch_bleu(variant_id: str) -> float | None:
 def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
     from pydantic import ValidationError
 
-    from pipeline.config import ConfigError, load_config
-    from pipeline.grid import apply_point
+    from pipeline.config import load_config
+    from pipeline.config.grid import apply_point
+    from pipeline.config.params import ConfigError
 
     config = load_config(ROOT / "params.yaml")
     sets = {"defaults": {}}

@@ -21,10 +21,9 @@ from pathlib import Path
 import torch
 
 from benchmarks import workloads
-from pipeline.allocator import tune_allocator
-from pipeline.config import ModelConfig
-from pipeline.models.precision import PRECISIONS, resolve
-from pipeline.onednn import size_primitive_cache
+from pipeline.config.params import ModelConfig
+from pipeline.runtime.precision import PRECISIONS, resolve
+from pipeline.runtime.process import prepare_process
 
 CASES = [
     ("none", "luong", False),
@@ -35,8 +34,7 @@ CASES = [
 
 
 def main() -> None:
-    tune_allocator()  # as training does (pipeline.allocator); ATTENTION_STUDY_MALLOC=default: off
-    size_primitive_cache()  # as training does (pipeline.onednn)
+    prepare_process()  # as a trial does (pipeline.runtime.process)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per case")

@@ -27,9 +27,9 @@ import torch
 
 from benchmarks import workloads
 from benchmarks.trials import ROOT
-from pipeline.allocator import tune_allocator
-from pipeline.config import ModelConfig
-from pipeline.onednn import size_primitive_cache
+from pipeline.config.params import ModelConfig
+from pipeline.runtime.allocator import tune_allocator
+from pipeline.runtime.onednn import size_primitive_cache
 
 logger = logging.getLogger("benchmarks.worker")
 
@@ -125,7 +125,7 @@ def load_trained(spec: dict[str, Any], config: ModelConfig):
     (which rarely emits EOS, so it decodes to the length limit: a worst case)."""
     path = spec.get("checkpoint")
     if path and Path(path).is_file():
-        from pipeline.data.tokenized import TokenizedData
+        from pipeline.data.dataset import TokenizedData
         from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 
         try:
@@ -144,7 +144,7 @@ def run_train_order(spec: dict[str, Any]) -> dict[str, Any]:
     does), timed in windows of ``spec["window"]`` steps (``benchmarks.primitive_cache``)."""
     from pipeline.config import load_config
     from pipeline.data.batching import epoch_batches, make_batch
-    from pipeline.data.tokenized import TokenizedSplit
+    from pipeline.data.dataset import TokenizedSplit
 
     split = TokenizedSplit.load(Path(spec["tok_dir"]) / "train.npz")
     train = load_config(ROOT / "params.yaml").train
@@ -187,10 +187,10 @@ def main() -> None:
     threads = int(spec.get("threads", 1))
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
-    # the pipeline's allocator settings (pipeline.allocator) for every implementation,
+    # the pipeline's allocator settings (pipeline.runtime.allocator) for every implementation,
     # the reference included; "allocator": "default" keeps glibc's (benchmarks.allocator)
     tuned = spec.get("allocator", "tuned") == "tuned" and tune_allocator()
-    size_primitive_cache()  # as training and decoding do (pipeline.onednn)
+    size_primitive_cache()  # as training and decoding do (pipeline.runtime.onednn)
     result = KINDS[spec["kind"]](spec)
     system_seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     result.update(threads=threads, peak_rss_mib=peak_rss_mib(), allocator_tuned=tuned,

@@ -19,14 +19,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.flops import BatchShape, training_flops
 from benchmarks.reference import ReferenceSeq2Seq
-from pipeline import training
-from pipeline.config import Config, EvaluateConfig, ModelConfig
+from pipeline.config.grid import Variant, apply_point
+from pipeline.config.params import Config, EvaluateConfig, ModelConfig, TrainConfig
 from pipeline.data.batching import Batch, epoch_batches, make_batch
-from pipeline.data.tokenized import TokenizedSplit
-from pipeline.decoding import BEAM_BATCH_SENTENCES, GREEDY_BATCH_SENTENCES, decode_split
-from pipeline.grid import Variant, apply_point
-from pipeline.models.precision import autocast
+from pipeline.data.dataset import TokenizedSplit
+from pipeline.evaluate.decode import BEAM_BATCH_SENTENCES, GREEDY_BATCH_SENTENCES, decode_split
 from pipeline.models.seq2seq import Seq2Seq
+from pipeline.train import trainer as training
 
 VOCAB_SIZE = 4000
 """Source and target vocabulary of the benchmark models (``tokenize.vocab_size``)."""
@@ -41,7 +40,7 @@ def study_variant(
     config: Config, name: str, axes: dict[str, Any], overrides: dict[str, Any]
 ) -> Variant:
     """A variant of ``config``'s model and train settings with ``overrides`` applied, as a
-    grid point applies its axes (:func:`pipeline.grid.apply_point`)."""
+    grid point applies its axes (:func:`pipeline.config.grid.apply_point`)."""
     return Variant(name, *apply_point(config, overrides, where="--set"), axes)
 
 
@@ -103,15 +102,10 @@ def make_optimizer(implementation: str, model: nn.Module) -> torch.optim.Optimiz
 def training_step(
     model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, precision: str = "fp32"
 ) -> int:
-    """One optimizer step, as ``pipeline.training._Trainer._train_step`` does it, with the
-    matrix products in ``precision`` (resolved: fp32 or bf16)."""
-    with autocast(precision, "cpu"):
-        loss_sum, tokens = model.loss(batch, LABEL_SMOOTHING)
-    optimizer.zero_grad(set_to_none=True)
-    (loss_sum / tokens).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-    optimizer.step()
-    return tokens
+    """One optimizer step, the trainer's own (:func:`pipeline.train.trainer.optimizer_step`),
+    with the matrix products in ``precision`` (resolved: fp32 or bf16)."""
+    cfg = TrainConfig(label_smoothing=LABEL_SMOOTHING, clip_norm=CLIP_NORM)
+    return training.optimizer_step(model, optimizer, batch, cfg, precision, "cpu")[1]
 
 
 def prebuild(
@@ -124,7 +118,7 @@ def prebuild(
     batch of new shapes needs about 15 (594 for the first 40 batches of epoch 1, additive
     h256, 1000 tokens): a benchmark that times each batch on first sight charges every
     step for building that training does once per shape per process (2,799 primitives
-    in its first 1,800 steps, about 1.5 a step: pipeline.onednn). After this pass the
+    in its first 1,800 steps, about 1.5 a step: pipeline.runtime.onednn). After this pass the
     timings measure what training does at almost every step. Float32 products (the
     reference) build nothing; the extra steps only change the weights the timed steps
     start from."""
@@ -204,7 +198,7 @@ def batch_statistics(batches: list[Batch]) -> dict[str, float]:
 def time_decoding(
     model: Seq2Seq, split: TokenizedSplit, beam_size: int, precision: str = "fp32"
 ) -> dict:
-    """Sentences/s of ``pipeline.decoding.decode_split`` (its batch sizes, length-sorted)."""
+    """Sentences/s of ``pipeline.evaluate.decode.decode_split`` (its batch sizes, length-sorted)."""
     config = EvaluateConfig(beam_size=beam_size, precision=precision)
     decode_split(model, split.subset(np.arange(16)), config, MAX_DECODE_RATIO, "cpu")
     start = time.perf_counter()

@@ -8,9 +8,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.config import Config, ConfigError, load_config
+from pipeline.config import load_config
+from pipeline.config.infra import Infra, load_infra
+from pipeline.config.params import Config, ConfigError
 from pipeline.errors import StageError
-from pipeline.infra import Infra, load_infra
 
 logger = logging.getLogger("stages")
 
@@ -43,14 +44,36 @@ def setup_logging(verbose: bool = False) -> None:
     )
 
 
+PROJECT_DIRS = (REPO_ROOT / "pipeline", REPO_ROOT / "stages")
+
+
+def user_error(err: BaseException) -> bool:
+    """A project error type, or a ValueError/OSError raised by the project's own code
+    (the innermost frame is in pipeline/ or stages/; a file the user named), as opposed
+    to one from deep inside a library, which is shown with its traceback."""
+    if isinstance(err, ConfigError | StageError) or type(err).__module__.startswith("pipeline"):
+        return True
+    if isinstance(err, OSError) and err.filename:
+        return True
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    origin = Path(tb.tb_frame.f_code.co_filename).resolve()
+    return any(origin.is_relative_to(folder) for folder in PROJECT_DIRS)
+
+
 def run(
     main: Callable[[argparse.Namespace, Config], int | None], cli: argparse.ArgumentParser
 ) -> None:
-    """Parse args, load params, call ``main``; expected errors become one line + exit 1.
+    """Parse args, load params, call ``main``; errors the user can fix become one line.
 
     Errors the user can fix (bad params, corpora, URLs, checkpoints, a cluster that
-    cannot run the work) are ``ValueError`` or ``StageError`` subclasses or ``OSError``;
-    they print as ``error: <message>`` without a traceback.
+    cannot run the work) are ``ConfigError``/``StageError``, or a ``ValueError`` or
+    ``OSError`` raised by the project's own code: they print as ``error: <message>``
+    (``--verbose`` adds the traceback) and exit 1. Anything else is a bug until shown
+    otherwise: it prints its traceback.
     """
     args = cli.parse_args()
     setup_logging(args.verbose)
@@ -58,6 +81,8 @@ def run(
         config = load_config(args.params)
         code = main(args, config)
     except (ConfigError, StageError, ValueError, OSError) as err:
+        if not user_error(err):
+            raise
         if args.verbose:
             logger.exception("failed")
         print(f"error: {err}", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.evaluate import evaluate
+from pipeline.evaluate.stage import evaluate
 from stages._cli import REPO_ROOT, infra, parser, run
 
 logger = logging.getLogger("stages.evaluate")

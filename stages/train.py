@@ -10,7 +10,7 @@ import logging
 import sys
 
 from pipeline.artifacts import SWEEP_FILE
-from pipeline.sweep import SweepFailedError, SweepPaths, run_sweep
+from pipeline.sweep.driver import SweepFailedError, SweepPaths, run_sweep
 from stages._cli import REPO_ROOT, infra, parser, run
 
 logger = logging.getLogger("stages.train")

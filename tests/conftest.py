@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from pipeline.config import ModelConfig, TrainConfig
-from pipeline.data.tokenized import TokenizedSplit
-from pipeline.grid import Variant
+from pipeline.config.grid import Variant
+from pipeline.config.params import ModelConfig, TrainConfig
+from pipeline.data.dataset import TokenizedSplit
 
 # =============================================================================
 # Model / search / training fixtures (tests/test_attention, test_models, test_search,

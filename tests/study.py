@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 from pipeline.config import load_config
 from pipeline.data.fetch import fetch
 from pipeline.data.tokenize import tokenize
-from pipeline.variant_cache import VariantCache
+from pipeline.sweep.cache import VariantCache
 from tests.helpers import REPO_ROOT, synthetic_pairs, write_params, write_tsv
 
 CLEARED_ENV = (
@@ -66,13 +67,19 @@ def tiny_infra(root: Path, ray: dict | None = None, tracking: dict | None = None
     }
 
 
-def make_project(root: Path, ray: dict | None = None, **train) -> Path:
+def make_project(root: Path, ray: dict | None = None, plugin: bool = False, **train) -> Path:
     """Write corpus, params and infra.yaml under ``root`` and run fetch and tokenize;
-    returns the params file."""
+    returns the params file. ``plugin``: the project has the repo's plugin scorer
+    (``scorers/cosine.py``, named in params)."""
     root.mkdir(parents=True, exist_ok=True)
     write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
     write_params(root / "infra.yaml", tiny_infra(root, ray))
-    params = write_params(root / "params.yaml", tiny_params(root, **train))
+    sections = tiny_params(root, **train)
+    if plugin:
+        (root / "scorers").mkdir(exist_ok=True)
+        shutil.copy(REPO_ROOT / "scorers" / "cosine.py", root / "scorers" / "cosine.py")
+        sections = {"plugins": ["scorers/cosine.py"], **sections}
+    params = write_params(root / "params.yaml", sections)
     config = load_config(params)
     fetch(config.fetch, root / "data" / "raw")
     tokenize(config.tokenize, root / "data" / "raw", root / "data" / "tok")

@@ -1,5 +1,5 @@
 """The additive energy, both implementations (the torch blocks and the compiled kernel
-of pipeline.models.native), equals autograd's tanh(q + k) @ v."""
+of pipeline.kernels.native), equals autograd's tanh(q + k) @ v."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 import pytest
 import torch
 
-from pipeline.models import additive_energy as module
-from pipeline.models import native
-from pipeline.models.additive_energy import additive_energy
+from pipeline.kernels import additive_energy as module
+from pipeline.kernels import native
+from pipeline.kernels.additive_energy import additive_energy
 
 
 def _reference(query, keys, energy):

@@ -1,4 +1,4 @@
-"""pipeline.allocator: large blocks come from the heap (reused after free), not from a
+"""pipeline.runtime.allocator: large blocks come from the heap (reused after free), not from a
 fresh mapping per allocation."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.helpers import REPO_ROOT
 # glibc's own settings map a block of that size on its own (threshold 128 KiB at start)
 PROBE = """
 import json, torch
-from pipeline.allocator import tune_allocator
+from pipeline.runtime.allocator import tune_allocator
 tuned = tune_allocator()
 address = torch.empty(5 * 1024 * 1024).data_ptr()
 heap = [line.split()[0].split("-") for line in open("/proc/self/maps")
@@ -41,6 +41,6 @@ def test_tuned_allocator_serves_large_blocks_from_the_heap():
 
 
 def test_tuning_is_idempotent():
-    from pipeline.allocator import tune_allocator
+    from pipeline.runtime.allocator import tune_allocator
 
     assert tune_allocator() == tune_allocator()

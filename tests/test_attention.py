@@ -6,22 +6,21 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.config import SCORERS as CONFIG_SCORERS
 from pipeline.data.batching import make_batch
-from pipeline.data.tokenized import TokenizedSplit
+from pipeline.data.dataset import TokenizedSplit
 from pipeline.models import attention as attention_module
 from pipeline.models.attention import (
     LOCATION_MAX_POSITIONS,
-    SCORERS,
     LocationScorer,
     attend,
     build_scorer,
 )
 from pipeline.models.search import greedy_search
 from pipeline.models.seq2seq import Seq2Seq
+from pipeline.scorers import catalogue
 
 HIDDEN = 8
-ATTENTION_SCORERS = sorted(name for name, cls in SCORERS.items() if cls is not None)
+ATTENTION_SCORERS = [name for name in catalogue.BUILTIN if name != "none"]
 
 
 def _inputs(seed: int = 0, source_length: int = 5, lengths=(5, 3, 1)):
@@ -37,9 +36,12 @@ def _attend(scorer, query, values, src_mask):
     return attend(scorer, query, scorer.precompute(values), values, src_mask)
 
 
-def test_registry_matches_the_config_and_has_no_attention_for_none():
-    assert set(SCORERS) == set(CONFIG_SCORERS)
-    assert SCORERS["none"] is None and build_scorer("none", HIDDEN) is None
+def test_every_catalogued_scorer_builds_and_none_has_no_attention():
+    for name in ATTENTION_SCORERS:
+        scorer = build_scorer(name, HIDDEN)
+        assert isinstance(scorer, catalogue.get(name).load())
+        assert catalogue.get(name).flops(HIDDEN, 5)[1] > 0  # the benchmarks count it
+    assert catalogue.get("none").load() is None and build_scorer("none", HIDDEN) is None
     with pytest.raises(ValueError, match="unknown scorer 'dott'"):
         build_scorer("dott", HIDDEN)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.models import additive_energy
+from pipeline.kernels import additive_energy
 from pipeline.models.attention import Memory, build_scorer
 from pipeline.models.bahdanau_loop import gru_attention_loop
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.data.batching import make_batch
-from pipeline.data.tokenized import EOS_ID, TokenizedData, TokenizedSplit
+from pipeline.data.dataset import EOS_ID, TokenizedData, TokenizedSplit
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint, save_checkpoint
 from pipeline.models.decoder import PlainDecoder, RNNEncDecDecoder
 from pipeline.models.search import beam_search, greedy_search

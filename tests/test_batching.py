@@ -16,7 +16,7 @@ from pipeline.data.batching import (
     source_order_attention,
     token_batches,
 )
-from pipeline.data.tokenized import BOS_ID, EOS_ID, PAD_ID, TokenizedSplit
+from pipeline.data.dataset import BOS_ID, EOS_ID, PAD_ID, TokenizedSplit
 from pipeline.models.encoder import Encoder
 
 

@@ -1,4 +1,4 @@
-from pipeline.config import CleanConfig
+from pipeline.config.params import CleanConfig
 from pipeline.data.cleaning import clean_pairs, normalize
 
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import ray
 
-from pipeline.cluster import (
+from pipeline.config.infra import RayConfig, load_infra
+from pipeline.data.dataset import TokenizedData
+from pipeline.runtime.cluster import (
     ClusterError,
     TaskResources,
     ray_address,
@@ -18,8 +20,6 @@ from pipeline.cluster import (
     runtime_env,
     storage_uri,
 )
-from pipeline.data.tokenized import TokenizedData
-from pipeline.infra import RayConfig, load_infra
 from tests.study import make_project, stage, train_args
 
 

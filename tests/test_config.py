@@ -1,11 +1,12 @@
 import pytest
 from pydantic import ValidationError
 
-from pipeline import grid
-from pipeline.config import Config, ConfigError, load_config
-from pipeline.grid import expand_grid, select
-from pipeline.infra import load_infra
-from pipeline.tracking import resolve_uri
+from pipeline.config import load_config
+from pipeline.config.grid import expand_grid, select
+from pipeline.config.infra import load_infra
+from pipeline.config.params import Config, ConfigError
+from pipeline.tracking.store import resolve_uri
+from pipeline.train import trainer
 from tests.helpers import REPO_ROOT, write_params
 
 
@@ -104,11 +105,11 @@ def test_config_hash_changes_with_the_training_revision(monkeypatch):
     """A code change that alters what training computes raises TRAINING_REVISION, and
     every cached variant of the code before it is then a miss."""
     variant = expand_grid(Config())[0]
-    before = variant.config_hash("data")
-    monkeypatch.setattr(grid, "TRAINING_REVISION", grid.TRAINING_REVISION + 1)
-    assert variant.config_hash("data") != before
+    before = trainer.variant_key(variant, "data")
+    monkeypatch.setattr(trainer, "TRAINING_REVISION", trainer.TRAINING_REVISION + 1)
+    assert trainer.variant_key(variant, "data") != before
     monkeypatch.undo()
-    assert variant.config_hash("data") == before
+    assert trainer.variant_key(variant, "data") == before
 
 
 def test_grid_include_adds_points_once_with_defaults_for_other_axes(tmp_path):

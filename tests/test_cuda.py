@@ -18,16 +18,17 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.config import EvaluateConfig
+from pipeline.config.params import EvaluateConfig
 from pipeline.data.batching import make_batch
-from pipeline.data.tokenized import TokenizedData, TokenizedSplit
-from pipeline.decoding import DecodeSpec, decode_variant
-from pipeline.devices import TaskResources, claim_device
+from pipeline.data.dataset import TokenizedData, TokenizedSplit
+from pipeline.evaluate.decode import DecodeSpec, decode_variant
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
-from pipeline.models.precision import autocast, resolve
 from pipeline.models.rnn import GRU, LSTM
 from pipeline.models.seq2seq import Seq2Seq
-from pipeline.training import train_variant
+from pipeline.runtime.devices import TaskResources, claim_device
+from pipeline.runtime.precision import autocast, resolve
+from pipeline.train import trainer as training
+from pipeline.train.trainer import train_variant
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -142,7 +143,7 @@ def test_a_fractional_gpu_caps_the_process_memory():
     script = textwrap.dedent(
         """
         import torch
-        from pipeline.devices import claim_device
+        from pipeline.runtime.devices import claim_device
         assert claim_device(0.25, 2) == "cuda" and torch.get_num_threads() == 2
         total = torch.cuda.get_device_properties(0).total_memory
         small = torch.empty(int(total * 0.10), dtype=torch.uint8, device="cuda")
@@ -188,7 +189,11 @@ def test_training_on_cuda_resumes_and_its_checkpoint_loads_on_the_cpu(
 
     with pytest.raises(Interrupted):
         train_variant(
-            variant, tiny_tok_dir, tmp_path / "run", callback=crash_in_epoch_two, device="cuda"
+            variant,
+            tiny_tok_dir,
+            tmp_path / "run",
+            callbacks=[training.OnEvaluation(crash_in_epoch_two)],
+            device="cuda",
         )
     resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run", device="cuda")
     assert resumed.resumed_at_step == seen[-1]["step"] > 0

@@ -81,7 +81,7 @@ def test_stage_deps_equal_its_import_closure(name):
 
 def test_closure_follows_lazy_and_relative_imports():
     closure = import_closure(REPO_ROOT / "stages" / "train.py")
-    assert "pipeline/report/figures.py" in closure  # imported inside run_trial
+    assert "pipeline/train/probes.py" in closure  # imported by the trial entry point
     assert "pipeline/models/rnn.py" in closure  # through encoder -> rnn
     assert "pipeline/report/render.py" not in closure
 

@@ -3,16 +3,15 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.decoding import attention_example_indices
-from pipeline.evaluation import (
+from pipeline.evaluate.decode import attention_example_indices
+from pipeline.evaluate.metrics import (
     Buckets,
     Scorer,
     attention_entropy,
-    format_p,
-    holm,
     monotonicity_gap,
     score_system,
 )
+from pipeline.study.statistics import format_p, holm
 
 REFS = [f"the {w} sat on the mat number {i}" for i, w in enumerate(["cat", "dog", "cow"] * 20)]
 HYPS = [r if i % 3 else r.replace("mat", "rug") for i, r in enumerate(REFS)]

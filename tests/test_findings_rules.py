@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.findings import Grid, choose_reference, judge
-from pipeline.statistics import ContrastEstimator, Resampler
+from pipeline.study.findings import Grid, choose_reference, judge
+from pipeline.study.statistics import ContrastEstimator, Resampler
 
 BUCKETS = ["1-10", "11-20", "21-30"]
 PER_BUCKET = 300

@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.flops import BatchShape, forward_flops, rnn_flops
 from pipeline.data.batching import make_batch
-from pipeline.data.tokenized import TokenizedSplit
+from pipeline.data.dataset import TokenizedSplit
 from pipeline.models.seq2seq import Seq2Seq
 
 VOCAB = 50

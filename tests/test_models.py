@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.data.batching import make_batch
-from pipeline.data.tokenized import (
+from pipeline.data.dataset import (
     EOS_ID,
     PAD_ID,
     SubwordTokenizer,

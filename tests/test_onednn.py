@@ -1,4 +1,4 @@
-"""pipeline.onednn: a process that sized oneDNN's primitive cache builds each bf16
+"""pipeline.runtime.onednn: a process that sized oneDNN's primitive cache builds each bf16
 product shape once; one left at oneDNN's default (1024) rebuilds shapes it evicted.
 
 Counted, not timed: oneDNN reports each primitive it builds (``create:cache_miss``) under
@@ -18,7 +18,7 @@ from tests.helpers import REPO_ROOT
 SHAPES = 1100  # more distinct products than oneDNN's default 1024 slots
 PROBE = f"""
 import json, os, sys
-from pipeline.onednn import size_primitive_cache
+from pipeline.runtime.onednn import size_primitive_cache
 if sys.argv[1] == "sized":
     size_primitive_cache()
 import torch

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from pipeline.data.batching import make_batch
-from pipeline.data.tokenized import TokenizedSplit
-from pipeline.models import precision
+from pipeline.data.dataset import TokenizedSplit
 from pipeline.models.seq2seq import Seq2Seq
+from pipeline.runtime import precision
 
 VOCAB = 40
 

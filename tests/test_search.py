@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from pipeline.data.batching import make_batch, source_order_attention
-from pipeline.data.tokenized import BOS_ID, EOS_ID, TokenizedSplit
+from pipeline.data.dataset import BOS_ID, EOS_ID, TokenizedSplit
 from pipeline.models.attention import Memory
 from pipeline.models.decoder import DecoderState
 from pipeline.models.search import beam_search, greedy_search, max_lengths, translate

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from pipeline.config import FetchConfig
+from pipeline.config.params import FetchConfig
 from pipeline.data.sources import CorpusError, fix_bible_verse, read_corpus
 from tests.helpers import serve_directory, synthetic_pairs, write_tsv
 

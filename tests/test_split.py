@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.config import SplitConfig
+from pipeline.config.params import SplitConfig
 from pipeline.data.split import SplitError, bucket_label, length_bucket, split_pairs
 from tests.helpers import synthetic_pairs
 

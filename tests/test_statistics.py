@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
-from pipeline.statistics import (
+from pipeline.study.statistics import (
     Contrast,
     ContrastEstimator,
     Estimate,

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.models.step_linear import StepLinear
+from pipeline.kernels.step_linear import StepLinear
 
 
 @pytest.mark.parametrize("with_bias", [True, False])

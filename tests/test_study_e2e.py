@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline.data.tokenized import SubwordTokenizer
+from pipeline.data.dataset import SubwordTokenizer
 from pipeline.report.browser import check_page
 from pipeline.report.mlflow_ui import (
     compare_url,
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
-    for name in ("pipeline", "stages"):
+    for name in ("pipeline", "stages", "scorers"):  # scorers/: the plugin, a train dep
         shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "dvc.yaml", root / "dvc.yaml")
     write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
@@ -51,6 +51,13 @@ def project(tmp_path_factory):
         },
     )
     params["fetch"]["path"] = "corpus.tsv"
+    # a scorer of the project's own (scorers/cosine.py), and a comparison declared in params
+    params = {"plugins": ["scorers/cosine.py"], **params}
+    params["train"]["grid_include"] = [{"scorer": ["cosine"], "learning_rate": [0.01]}]
+    params["evaluate"]["comparisons"] = [
+        {"name": "Cosine vs additive", "plus": {"scorer": "cosine"},
+         "minus": {"scorer": "additive"}, "effect": 0.5}
+    ]  # fmt: skip
     write_params(root / "params.yaml", params)
     infra = tiny_infra(root)
     infra["ray"]["storage_path"] = None  # the default, .ray_results in the project root
@@ -105,6 +112,36 @@ def test_repro_writes_every_stage_output_and_second_repro_does_nothing(project):
         assert (root / path).is_file(), path
     again = sh(sys.executable, "-m", "dvc", "repro")
     assert again.returncode == 0 and "Running stage" not in again.stdout
+
+
+def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(project):
+    """scorers/cosine.py, named in params: trained, checkpointed and reloaded, decoded with
+    attention, compared with none and the reference, in the metrics, the report and
+    MLflow; editing the file makes the train stage stale."""
+    root, sh = project
+    variant = "cosine-fwd-h16-s1-lr0.01"
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    assert sweep["variants"][variant]["status"] == "finished"
+    assert (root / "eval" / variant / "attention.npz").is_file()
+    metrics = json.loads((root / "metrics" / "test.json").read_text())
+    assert "cosine" in metrics["bleu_inside"]
+    comparisons = pd.read_csv(root / "eval" / "comparisons.csv")
+    assert "cosine - none" in set(comparisons.name)  # exploratory, against none
+    findings = json.loads((root / "eval" / "findings.json").read_text())
+    declared = {f["title"]: f for f in findings["findings"]["beam"]}
+    assert declared["Cosine vs additive"]["verdict"] == "not testable"  # one seed, unplateaued
+    assert "cosine" in (root / "reports" / "index.html").read_text()
+    _, runs = mlflow_runs(root, kind="test")
+    assert variant in {r.info.run_name for r in runs}
+    plugin = root / "scorers" / "cosine.py"
+    original = plugin.read_text()
+    try:
+        plugin.write_text(original + "\n# edited\n")
+        status = sh(sys.executable, "-m", "dvc", "status", "train")
+        assert "scorers" in status.stdout and "modified" in status.stdout, status.stdout
+    finally:
+        plugin.write_text(original)
+    assert "changed" not in sh(sys.executable, "-m", "dvc", "status", "train").stdout
 
 
 def test_metrics_schema_and_dvc_metrics_and_plots(project):

@@ -238,7 +238,7 @@ def test_interruption_names_unfinished_and_not_started_trials():
     """Ctrl-C while trials are still pending: Tune reports those without a config."""
     from types import SimpleNamespace as Result
 
-    from pipeline.sweep import FINAL, SweepInterruptedError, _raise_if_interrupted
+    from pipeline.sweep.driver import FINAL, SweepInterruptedError, _raise_if_interrupted
 
     grid = [
         Result(config={"variant": "a"}, error=None, metrics={"step": 3}),

@@ -9,19 +9,19 @@ import time
 import torch
 
 from benchmarks.time_to_quality import (
+    Probe,
     _run_pair,
     crossing_bracket,
-    probed,
     render,
     speedup,
     summarize,
     time_to,
     trend_time_to,
 )
-from pipeline import training
-from pipeline.config import TrainConfig
-from pipeline.grid import Variant
-from pipeline.training import train_variant
+from pipeline.config.grid import Variant
+from pipeline.config.params import TrainConfig
+from pipeline.train import trainer as training
+from pipeline.train.trainer import train_variant
 
 
 def _curve(values: list[float]) -> list[dict[str, float]]:
@@ -73,9 +73,9 @@ def test_probes_leave_training_unchanged_and_print_a_finer_curve(
     variant = Variant("additive-fwd-h32-s1", model, config, {"scorer": "additive"})
     plain = train_variant(variant, tiny_tok_dir, tmp_path / "plain")
     capsys.readouterr()
-    with probed(every=2, until=9):
-        probed_run = train_variant(variant, tiny_tok_dir, tmp_path / "probed")
-    assert training._Trainer.__name__ == "_Trainer"  # restored on exit
+    probed_run = train_variant(
+        variant, tiny_tok_dir, tmp_path / "probed", callbacks=[Probe(every=2, until=9)]
+    )
     probes = [json.loads(x)["probe"] for x in capsys.readouterr().out.splitlines()]
     assert [p["step"] for p in probes] == [2, 6]  # 4 and 8 are the trainer's evaluations
     assert all(0 <= p["dev_bleu"] <= 100 and p["probe_seconds"] >= 0 for p in probes)
@@ -104,8 +104,7 @@ def test_probe_time_is_off_the_trainer_clock(tiny_tok_dir, tiny_model_config, tm
 
     monkeypatch.setattr(training, "dev_bleu", slow_bleu)  # the epoch-end evaluation too
     started = time.perf_counter()
-    with probed(every=1, until=3):
-        result = train_variant(variant, tiny_tok_dir, tmp_path)
+    result = train_variant(variant, tiny_tok_dir, tmp_path, callbacks=[Probe(every=1, until=3)])
     elapsed = time.perf_counter() - started
     probes = [json.loads(x)["probe"] for x in capsys.readouterr().out.splitlines()]
     assert [p["step"] for p in probes] == [1, 2, 3]

@@ -4,10 +4,11 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.config import FetchConfig, SplitConfig, TokenizeConfig
-from pipeline.data.fetch import fetch, read_tsv_pairs
+from pipeline.config.params import FetchConfig, SplitConfig, TokenizeConfig
+from pipeline.data.dataset import EOS_ID, TokenizedData, TokenizedDataError, TokenizedSplit
+from pipeline.data.fetch import fetch
+from pipeline.data.pairs import read_tsv_pairs
 from pipeline.data.tokenize import TokenizeError, tokenize
-from pipeline.data.tokenized import EOS_ID, TokenizedData, TokenizedDataError, TokenizedSplit
 from tests.helpers import synthetic_pairs, write_tsv
 
 SPLIT = SplitConfig(dev_size=40, test_size=120, test_min_per_bucket=10)

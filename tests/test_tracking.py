@@ -3,8 +3,8 @@
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline.infra import Infra, InfraFile, TrackingConfig, resolve
-from pipeline.tracking import (
+from pipeline.config.infra import Infra, InfraFile, TrackingConfig, resolve
+from pipeline.tracking.store import (
     Tracker,
     TrackingError,
     experiment_key,

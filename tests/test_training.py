@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from pipeline import training
-from pipeline.data.tokenized import TokenizedData
-from pipeline.grid import Variant
-from pipeline.models import native
+from pipeline.config.grid import Variant
+from pipeline.data.dataset import TokenizedData
+from pipeline.kernels import native
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.seq2seq import Seq2Seq
-from pipeline.training import HISTORY_FIELDS, Plateau, TrainingDivergedError, train_variant
+from pipeline.train import trainer as training
+from pipeline.train.trainer import HISTORY_FIELDS, Plateau, TrainingDivergedError, train_variant
 
 
 class Interrupted(Exception):
@@ -43,7 +43,9 @@ def _same_weights(first, second) -> None:
 
 def test_outputs_and_result(make_variant, tiny_tok_dir, tmp_path):
     rows = []
-    result = train_variant(make_variant(), tiny_tok_dir, tmp_path, callback=rows.append)
+    result = train_variant(
+        make_variant(), tiny_tok_dir, tmp_path, callbacks=[training.OnEvaluation(rows.append)]
+    )
     assert result.stop_reason == "max_epochs" and result.epochs_run == 3
     assert [row["epoch"] for row in rows] == [1, 2, 3] and result.history == rows
     assert rows[-1]["dev_loss"] < rows[0]["dev_loss"]  # it learns
@@ -94,11 +96,16 @@ def test_resume_after_interruption_matches_uninterrupted_run(
 
     with pytest.raises(Interrupted):
         train_variant(
-            variant, tiny_tok_dir, tmp_path / "run", callback=crash_at_first_row_of_epoch_two
+            variant,
+            tiny_tok_dir,
+            tmp_path / "run",
+            callbacks=[training.OnEvaluation(crash_at_first_row_of_epoch_two)],
         )
     assert seen[-1]["end_of_epoch"] == (eval_every_steps == 0)
     rows = []
-    resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=rows.append)
+    resumed = train_variant(
+        variant, tiny_tok_dir, tmp_path / "run", callbacks=[training.OnEvaluation(rows.append)]
+    )
     assert resumed.resumed_at_step == seen[-1]["step"]
     # only the missing evaluations were run
     assert [r["step"] for r in rows] == [r["step"] for r in reference.history[len(seen) :]]
@@ -114,7 +121,9 @@ def test_resume_after_interruption_matches_uninterrupted_run(
     assert resumed_state["plateau"] == reference_state["plateau"]
     # a finished run resumes to the same result without training again
     count = len(rows)
-    again = train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=rows.append)
+    again = train_variant(
+        variant, tiny_tok_dir, tmp_path / "run", callbacks=[training.OnEvaluation(rows.append)]
+    )
     assert len(rows) == count and again.steps == resumed.steps
 
 
@@ -221,7 +230,9 @@ def test_a_slow_machine_trains_the_same_steps_and_weights(make_variant, tiny_tok
         slept.append(step)
 
     fast = train_variant(variant, tiny_tok_dir, tmp_path / "fast")
-    slow = train_variant(variant, tiny_tok_dir, tmp_path / "slow", step_hook=slow_down)
+    slow = train_variant(
+        variant, tiny_tok_dir, tmp_path / "slow", callbacks=[training.OnStep(slow_down)]
+    )
     assert slept == list(range(1, slow.steps + 1))  # every step of the slow run slept
     assert (slow.steps, slow.stop_reason) == (fast.steps, fast.stop_reason)
     _same_history(fast.history, slow.history)
@@ -299,7 +310,7 @@ def test_learning_rate_decays_after_evaluations_without_improvement(
     make_variant, tiny_tok_dir, tmp_path, train, learning_rates
 ):
     variant = make_variant(min_delta=0.1, patience=10, **train)
-    trainer = training._Trainer(variant, TokenizedData.load(tiny_tok_dir), tmp_path, None, "cpu")
+    trainer = training.Trainer(variant, TokenizedData.load(tiny_tok_dir), tmp_path, (), "cpu")
     seen = []
     for value in (1.0, 2.0, 2.0, 2.05, 3.0, 3.0):  # the early-stopping metric, higher is better
         trainer._after_evaluation(value, end_of_epoch=False)
@@ -313,7 +324,9 @@ def test_history_has_a_row_per_evaluation(make_variant, tiny_tok_dir, tmp_path, 
     monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
     rows = []
     variant = make_variant(max_epochs=2, eval_every_steps=2, lr_patience=0)
-    result = train_variant(variant, tiny_tok_dir, tmp_path, callback=rows.append)
+    result = train_variant(
+        variant, tiny_tok_dir, tmp_path, callbacks=[training.OnEvaluation(rows.append)]
+    )
     # 5 batches per epoch: steps 2, 4, 5 (epoch end), 6, 8, 10 (epoch end)
     assert [r["step"] for r in rows] == [2, 4, 5, 6, 8, 10] and result.history == rows
     assert [r["epoch"] for r in rows] == [1, 1, 1, 2, 2, 2] and result.epochs_run == 2
@@ -385,7 +398,9 @@ def test_weight_average_is_evaluated_checkpointed_and_resumed(make_variant, tiny
     def snapshot(row):  # last.pt is written before the callback
         states[row["step"]] = torch.load(folder / "last.pt", weights_only=True)
 
-    reference = train_variant(variant, tiny_tok_dir, folder, callback=snapshot)
+    reference = train_variant(
+        variant, tiny_tok_dir, folder, callbacks=[training.OnEvaluation(snapshot)]
+    )
     last = states[reference.steps]
     assert int(last["ema"]["n_averaged"]) == reference.steps  # updated after every step
     best = states[reference.best_step]
@@ -399,7 +414,12 @@ def test_weight_average_is_evaluated_checkpointed_and_resumed(make_variant, tiny
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        train_variant(variant, tiny_tok_dir, tmp_path / "run", callback=crash_in_epoch_two)
+        train_variant(
+            variant,
+            tiny_tok_dir,
+            tmp_path / "run",
+            callbacks=[training.OnEvaluation(crash_in_epoch_two)],
+        )
     resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run")
     _same_history(resumed.history, reference.history)
     again = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
@@ -414,7 +434,7 @@ def test_output_bias_initialisation_follows_the_config(
     variant = Variant(variant.id, variant.model.model_copy(update={"output_bias": output_bias}),
                       variant.train, variant.axes)  # fmt: skip
     data = TokenizedData.load(tiny_tok_dir)
-    trainer = training._Trainer(variant, data, tmp_path, None, "cpu")
+    trainer = training.Trainer(variant, data, tmp_path, (), "cpu")
     bias = trainer.model.generator.bias.detach().double()
     counts = torch.from_numpy(data.split("train").target_counts(bias.numel())).double() + 1
     unigram = (counts / counts.sum()).log()

@@ -162,7 +162,9 @@ def _ray_params(cluster, name: str, **extra) -> dict:
 
 def test_train_and_evaluate_on_a_worker_without_the_repo(cluster):
     project, storage = cluster["projects"] / "study", cluster["storage"] / "study"
-    params = make_project(project, ray=_ray_params(cluster, "study"))
+    # a plugin scorer of the project's own: its source travels with the trials and tasks
+    grid = {"scorer": ["none", "cosine"], "reverse_source": [False, True], "hidden_size": [16]}
+    params = make_project(project, ray=_ray_params(cluster, "study"), plugin=True, grid=grid)
     env = cluster["env"]
     trained, train_s = _run("stages.train", params, project, env, *train_args(project))
     assert trained.returncode == 0, trained.stderr[-4000:]
@@ -191,7 +193,8 @@ def test_train_and_evaluate_on_a_worker_without_the_repo(cluster):
             assert (out / name).is_file(), (variant_id, name)
         hypotheses = (out / "hypotheses.txt").read_text().split("\n")[:-1]
         assert len(hypotheses) == test_sentences
-        assert (out / "attention.npz").is_file() == variant_id.startswith("additive")
+        assert (out / "attention.npz").is_file() == variant_id.startswith("cosine")
+        assert info["model"]["scorer"] == variant_id.split("-")[0]
     # Tune checkpoints went through the shared storage, nowhere else
     assert list(storage.glob("sweep-*/*/checkpoint_*/checkpoint.pt"))
 

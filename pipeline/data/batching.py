@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from pipeline.data.tokenized import BOS_ID, EOS_ID, PAD_ID, TokenizedSplit
+from pipeline.data.dataset import BOS_ID, EOS_ID, PAD_ID, TokenizedSplit
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
-from pipeline.config import CleanConfig
+from pipeline.config.params import CleanConfig
 
 _SPACE = re.compile(r"\s+")
 

@@ -17,23 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import FetchConfig
+from pipeline.config.params import FetchConfig
 from pipeline.data.cleaning import clean_pairs
+from pipeline.data.pairs import tsv_text
 from pipeline.data.sources import read_corpus
 from pipeline.data.split import Split, bucket_label, length_bucket, split_pairs
 from pipeline.io import atomic_dir, write_json
 
 logger = logging.getLogger(__name__)
-
-
-def read_tsv_pairs(path: str | Path) -> list[tuple[str, str]]:
-    """Read a split written by :func:`fetch` (the format in the module docstring)."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [tuple(line.split("\t", 1)) for line in lines]  # type: ignore[misc]
-
-
-def _tsv(pairs: list[tuple[str, str]]) -> str:
-    return "".join(f"{s}\t{t}\n" for s, t in pairs)
 
 
 def length_summary(pairs: list[tuple[str, str]], config: FetchConfig) -> dict[str, Any]:
@@ -89,7 +80,7 @@ def fetch(config: FetchConfig, out_dir: str | Path) -> dict[str, Any]:
     with atomic_dir(out_dir) as tmp:
         hashes = {}
         for name, pairs in split.as_dict().items():
-            text = _tsv(pairs)
+            text = tsv_text(pairs)
             (tmp / f"{name}.tsv").write_text(text, encoding="utf-8")
             hashes[name] = hashlib.sha256(text.encode("utf-8")).hexdigest()
             logger.info("%s: %d pairs", name, len(pairs))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pipeline.config import FetchConfig
+from pipeline.config.params import FetchConfig
 
 logger = logging.getLogger(__name__)
 

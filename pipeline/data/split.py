@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.config import SplitConfig
+from pipeline.config.params import SplitConfig
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 sentencepiece runs with the ``identity`` normalisation rule because the fetch stage
 already NFKC-normalised the text and collapsed whitespace; so ``decode(encode(x)) == x``
 for every sentence, which :func:`tokenize` checks on dev and test (detokenized output is
-what BLEU scores). The output format is described in :mod:`pipeline.data.tokenized`.
+what BLEU scores). The output format is described in :mod:`pipeline.data.dataset`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 import sentencepiece as spm
 
-from pipeline.config import TokenizeConfig
-from pipeline.data.fetch import read_tsv_pairs
-from pipeline.data.tokenized import (
+from pipeline.config.params import TokenizeConfig
+from pipeline.data.dataset import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -28,6 +27,7 @@ from pipeline.data.tokenized import (
     SubwordTokenizer,
     TokenizedSplit,
 )
+from pipeline.data.pairs import read_tsv_pairs
 from pipeline.io import atomic_dir, write_json
 
 logger = logging.getLogger(__name__)

@@ -5,6 +5,10 @@ softmax and the context vector are computed once, in :func:`attend`. Whatever a 
 can compute from the encoder outputs alone (``U h_j``, ``W_a h_s``) it computes in
 ``precompute(keys)``, which the decoder calls once per batch, before its decoding loop.
 
+Which names exist, with their papers and FLOPs, is the scorer catalogue's
+(:mod:`pipeline.scorers`); a scorer of the user's own subclasses :class:`Scorer` in a file
+of their project (:mod:`pipeline.scorers.plugins`).
+
 ``none`` maps to ``None``: the no-attention baseline has no scorer and no attention
 parameters. Its decoder sees one fixed summary c of the source, at every step and in
 the readout (``model.baseline: rnnencdec``, Cho 2014; ``decoder.RNNEncDecDecoder``) or
@@ -22,20 +26,16 @@ only through its initial state (``init_only``, Sutskever 2014; ``decoder.PlainDe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.models.additive_energy import additive_energy
-from pipeline.models.step_sink import step_anchors
-
-LOCATION_MAX_POSITIONS = 256
-"""Source positions the ``location`` scorer has weights for. 256 subwords covers the
-longest sentences of the corpus (86 words); a longer source's later positions score
--inf, i.e. they can never be attended, rather than failing."""
+from pipeline.kernels.additive_energy import additive_energy
+from pipeline.kernels.step_sink import step_anchors
+from pipeline.scorers import catalogue
+from pipeline.scorers.catalogue import LOCATION_MAX_POSITIONS
 
 
 class Scorer(nn.Module):
@@ -68,27 +68,17 @@ class Scorer(nn.Module):
         raise NotImplementedError
 
 
-SCORERS: dict[str, type[Scorer] | None] = {"none": None}
-"""Registry: scorer name -> class (``None`` for the no-attention baseline)."""
-
-
-def register(name: str) -> Callable[[type[Scorer]], type[Scorer]]:
-    def add(cls: type[Scorer]) -> type[Scorer]:
-        SCORERS[name] = cls
-        return cls
-
-    return add
-
-
 def build_scorer(name: str, hidden_size: int) -> Scorer | None:
-    """The scorer registered as ``name`` (``None`` for ``none``)."""
-    if name not in SCORERS:
-        raise ValueError(f"unknown scorer {name!r}; known: {', '.join(sorted(SCORERS))}")
-    cls = SCORERS[name]
+    """The scorer the catalogue (:mod:`pipeline.scorers`) lists as ``name`` (``None`` for
+    ``none``); a plugin's scorer once its file is loaded."""
+    entry = catalogue.get(name)
+    if entry is None:
+        known = ", ".join(sorted(catalogue.names()))
+        raise ValueError(f"unknown scorer {name!r}; known: {known}")
+    cls = entry.load()
     return None if cls is None else cls(hidden_size)
 
 
-@register("dot")
 class DotScorer(Scorer):
     """Luong 2015 eq. 8 ``dot``: score(h_t, h_s) = h_t . h_s. No parameters."""
 
@@ -96,7 +86,6 @@ class DotScorer(Scorer):
         return query @ keys.transpose(1, 2)  # (B, T, H) x (B, H, S) -> (B, T, S)
 
 
-@register("scaled_dot")
 class ScaledDotScorer(DotScorer):
     """Vaswani 2017 eq. 1: q . k / sqrt(H), so score variance does not grow with H."""
 
@@ -104,7 +93,6 @@ class ScaledDotScorer(DotScorer):
         return super().score_projected(query, keys) / math.sqrt(self.hidden_size)
 
 
-@register("general")
 class GeneralScorer(Scorer):
     """Luong 2015 eq. 8 ``general``: h_t^T W_a h_s; ``W_a h_s`` is precomputed per batch."""
 
@@ -119,7 +107,6 @@ class GeneralScorer(Scorer):
         return query @ keys.transpose(1, 2)  # (B, T, S)
 
 
-@register("additive")
 class AdditiveScorer(Scorer):
     """Bahdanau 2014 app. A.1.2: e_ij = v_a . tanh(W_a s_{i-1} + U_a h_j).
 
@@ -144,7 +131,6 @@ class AdditiveScorer(Scorer):
         return additive_energy(query, keys, self.energy.weight.squeeze(0))  # (B, T, S)
 
 
-@register("location")
 class LocationScorer(Scorer):
     """Luong 2015 eq. 8 ``location``: a_t = softmax(W_a h_t), a score per source position.
 
@@ -225,7 +211,7 @@ class StepReader:
     and transpose-copy the values; ``torch.autocast`` would also cast the values at every
     step. Here the values are cast and transposed once; each step's backward computes only
     the gradient of its weights and hands its context gradient to one sink
-    (:mod:`pipeline.models.step_sink`), whose backward computes the values' gradient for
+    (:mod:`pipeline.kernels.step_sink`), whose backward computes the values' gradient for
     all steps in one product: dV = sum_i a_i^T dc_i = A^T dC with A (B, T, S), dC (B, T, H).
 
         reader, anchors = StepReader.start(values, steps=T)

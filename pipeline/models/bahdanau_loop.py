@@ -16,13 +16,13 @@ to looping ``BahdanauDecoder._recur`` over a ``StackedCell`` (tests/test_models.
 With the additive scorer (Bahdanau's own) the whole loop is one autograd function,
 :class:`_AdditiveGRULoop`, with a hand-written backward through time: no autograd node
 or gradient buffer per step, the keys' gradient summed in one buffer (and scaled by 4 v
-once, :class:`~pipeline.models.additive_energy.StepEnergy`), and the outputs written
+once, :class:`~pipeline.kernels.additive_energy.StepEnergy`), and the outputs written
 time-major into buffers made once (the outputs are transposed views of them: not for
 in-place edits). Each step indexes per-step views made once, keeps every elementwise op
 in one dtype (torch's mixed bf16 / float32 path is slower than a cast and an op), and
 takes the softmax's backward from aten's kernel: about 300 operator calls per step,
 forward and backward, from 550. Other scorers run the same equations through autograd,
-with :class:`~pipeline.models.step_linear.StepLinear` products and a
+with :class:`~pipeline.kernels.step_linear.StepLinear` products and a
 :class:`~pipeline.models.attention.StepReader` context.
 
 Measured in docs/benchmarks.md ("Issue 13"); ``benchmarks.profile_step`` shows where the
@@ -38,7 +38,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from pipeline.models import additive_energy as energy_blocks
+from pipeline.kernels import additive_energy as energy_blocks
+from pipeline.kernels.step_linear import StepLinear
 from pipeline.models.attention import (
     AdditiveScorer,
     Memory,
@@ -46,7 +47,6 @@ from pipeline.models.attention import (
     StepReader,
     attention_weights,
 )
-from pipeline.models.step_linear import StepLinear
 
 
 def gru_attention_loop(

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from pipeline.config import ModelConfig
-from pipeline.data.tokenized import SubwordTokenizer, TokenizedData
+from pipeline.config.params import ModelConfig
+from pipeline.data.dataset import SubwordTokenizer, TokenizedData
 from pipeline.io import atomic_path
 from pipeline.models.seq2seq import Seq2Seq
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pipeline.config import ModelConfig
-from pipeline.data.tokenized import PAD_ID
+from pipeline.config.params import ModelConfig
+from pipeline.data.dataset import PAD_ID
 from pipeline.models.attention import Memory, Scorer, attend
 from pipeline.models.bahdanau_loop import gru_attention_loop
 from pipeline.models.dropout import Dropout

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from pipeline.data.tokenized import PAD_ID
+from pipeline.data.dataset import PAD_ID
 from pipeline.models.dropout import Dropout
 from pipeline.models.rnn import RNNS
 

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from pipeline.data.batching import Batch, inference_batches, source_order_attention
-from pipeline.data.tokenized import BOS_ID, EOS_ID, PAD_ID, TokenizedSplit
-from pipeline.models.precision import autocast
+from pipeline.data.dataset import BOS_ID, EOS_ID, PAD_ID, TokenizedSplit
 from pipeline.models.seq2seq import Seq2Seq
+from pipeline.runtime.precision import autocast
 
 Hypotheses = tuple[list[list[int]], list[np.ndarray | None]]
 

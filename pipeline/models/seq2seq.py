@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline.config import ModelConfig
+from pipeline.config.params import ModelConfig
 from pipeline.data.batching import Batch
-from pipeline.data.tokenized import PAD_ID
+from pipeline.data.dataset import PAD_ID
 from pipeline.models.attention import Memory, build_scorer
 from pipeline.models.decoder import BASELINES, WIRINGS, DecoderState
 from pipeline.models.encoder import Encoder

@@ -23,7 +23,7 @@ from pipeline.artifacts import (
     SWEEP_FILE,
     EvalFiles,
 )
-from pipeline.tracking import still_improving
+from pipeline.tracking.store import still_improving
 
 
 class ReportInputError(ValueError):

@@ -1,5 +1,5 @@
 """What the report says about the findings: the evaluate stage's ``eval/findings.json``,
-``comparisons.csv`` and ``ranking.csv`` (:mod:`pipeline.findings`) as table rows and
+``comparisons.csv`` and ``ranking.csv`` (:mod:`pipeline.study.findings`) as table rows and
 one-line answers. Nothing here tests anything: the verdicts are the evaluate stage's."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.evaluation import format_p
-from pipeline.findings import FLAT_MARGIN, LITERATURE_EFFECT
-from pipeline.statistics import ALPHA, POWER
+from pipeline.study.findings import FLAT_MARGIN, LITERATURE_EFFECT
+from pipeline.study.statistics import ALPHA, POWER, format_p
 
 VERDICT_HEADERS = ["finding", "verdict", "greedy", "effect [95% CI]", "MDE (Holm level)", "seeds",
                    "why"]  # fmt: skip

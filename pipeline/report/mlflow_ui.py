@@ -162,7 +162,7 @@ def compare_screenshot(page_url: str, out: Path, width: int = 1500) -> str:
     MLflow draws the metrics table as a virtualised grid seven rows high, in name order;
     a ``test`` run's metrics are chosen so that those rows are best dev BLEU, best epoch,
     epochs, still improving and test BLEU (``TEST_RUN_SUMMARY`` in
-    :mod:`pipeline.evaluate`). Visualisations and parameters are collapsed, the
+    :mod:`pipeline.evaluate.stage`). Visualisations and parameters are collapsed, the
     assistant panel and the side bar closed; the two captures are stacked (Pillow).
     Returns the page's text.
     """
@@ -211,8 +211,8 @@ def best_per_scorer(children: list[dict]) -> list[dict]:
 
 def main() -> None:
     from pipeline.artifacts import EVAL_SUMMARY
-    from pipeline.infra import load_infra
-    from pipeline.tracking import resolve_uri
+    from pipeline.config.infra import load_infra
+    from pipeline.tracking.store import resolve_uri
 
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--params", default="params.yaml")

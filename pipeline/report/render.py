@@ -16,10 +16,9 @@ import numpy as np
 import pandas as pd
 
 from pipeline.artifacts import EvalFiles
-from pipeline.config import Config
-from pipeline.infra import Infra
+from pipeline.config.infra import Infra
+from pipeline.config.params import Config
 from pipeline.io import atomic_dir, write_json
-from pipeline.provenance import git_commit, machine
 from pipeline.report.data import StudyData, load_study
 from pipeline.report.figures import (
     bleu_by_length_figure,
@@ -28,10 +27,11 @@ from pipeline.report.figures import (
     learning_curves_figure,
 )
 from pipeline.report.samples import sample_translations
+from pipeline.scorers import catalogue
+from pipeline.tracking.provenance import git_commit, machine
 
 logger = logging.getLogger(__name__)
 
-SCORER_ORDER = ["none", "dot", "scaled_dot", "general", "additive", "location"]
 TABLE_COLUMNS = {
     "variant": "variant",
     "scorer": "scorer",
@@ -59,7 +59,7 @@ def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
     sentence = f"sentence_{_heatmap_example(data, examples)}"
     size = table.hidden_size.max()
     rows = table[table.hidden_size == size].copy()
-    rows["order"] = rows.scorer.map({s: i for i, s in enumerate(SCORER_ORDER)}).fillna(99)
+    rows["order"] = rows.scorer.map(catalogue.order_of)
     panels = []
     for _, row in rows.sort_values(["order", "reverse_source", "variant"]).iterrows():
         folder = data.eval_dir / row.variant
@@ -101,7 +101,7 @@ def summary_table(data: StudyData) -> pd.DataFrame:
         "-" if status == "failed" else "plateau" if plateaued else f"{reason} (not converged)"
         for status, plateaued, reason in zip(table.status, table.plateaued, table.stop_reason)
     ]
-    table["order"] = table.scorer.map({s: i for i, s in enumerate(SCORER_ORDER)}).fillna(99)
+    table["order"] = table.scorer.map(catalogue.order_of)
     table = table.sort_values(["hidden_size", "order", "reverse_source", "variant"])
     return table
 
@@ -218,7 +218,7 @@ def convergence(data: StudyData) -> dict[str, Any]:
 def log_report(infra: Infra, key: str | None, report_dir: Path) -> None:
     """Attach the report to the evaluation run it was built from (found by its
     ``eval_key``); a missing run is a warning, never a failed report."""
-    from pipeline.tracking import Tracker, experiment_key
+    from pipeline.tracking.store import Tracker, experiment_key
 
     try:
         tracker = Tracker(infra)

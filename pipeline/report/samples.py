@@ -7,10 +7,9 @@ import numpy as np
 import pandas as pd
 
 from pipeline.artifacts import EvalFiles
-from pipeline.data.fetch import read_tsv_pairs
+from pipeline.data.pairs import read_tsv_pairs
 from pipeline.report.data import StudyData
-
-SCORER_ORDER = ["none", "dot", "scaled_dot", "general", "additive", "location"]
+from pipeline.scorers import catalogue
 
 
 def sample_translations(data: StudyData, per_bucket: int = 2, seed: int = 1) -> list[dict]:
@@ -23,7 +22,7 @@ def sample_translations(data: StudyData, per_bucket: int = 2, seed: int = 1) -> 
         return []
     size = table.hidden_size.max()
     systems = table[(table.hidden_size == size) & ~table.reverse_source].copy()
-    systems["order"] = systems.scorer.map({s: i for i, s in enumerate(SCORER_ORDER)})
+    systems["order"] = systems.scorer.map(catalogue.order_of)
     systems = systems.sort_values(["order", "variant"])
     outputs = {
         row.variant: EvalFiles(data.eval_dir / row.variant)

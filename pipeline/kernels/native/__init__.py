@@ -1,0 +1,122 @@
+"""Compiled CPU kernels, built on first use with the machine's C++ compiler, and the
+fallback when they cannot be.
+
+One kernel today: the additive energy ``v . tanh(q_t + k_s)`` and its backward, fused
+(``additive_energy.cpp``). :mod:`pipeline.kernels.additive_energy` uses it for float32 CPU
+tensors when :func:`additive_energy_kernel` returns it, and its own torch blocks
+otherwise; docs/benchmarks.md gives the measurements.
+
+The build is torch's JIT extension build (``torch.utils.cpp_extension.load``: ninja and
+the C++ compiler torch finds, ``c++`` by default). It is compiled for the CPU that builds
+it (``-march=native``), so its folder is named by a hash of the source, the flags, the
+torch version and the CPU's model and flags: a cluster whose nodes differ (or share a
+home folder) builds one per kind of CPU, never loads another CPU's build. The folder is
+under ``$TORCH_EXTENSIONS_DIR`` if set, else ``~/.cache/attention-study/kernels``. A
+build takes about 22 s once per machine (21.6 s measured); concurrent processes (Ray trials) wait on
+torch's lock in that folder and then load the same build.
+
+``ATTENTION_STUDY_NATIVE=off`` skips the kernels (the torch path everywhere). A failed
+build (no compiler, no ninja) logs one warning and falls back, so nothing depends on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from pipeline.runtime.precision import cpuinfo_fields
+
+logger = logging.getLogger(__name__)
+
+ENV_SWITCH = "ATTENTION_STUDY_NATIVE"
+"""Set to ``off`` (or ``0``, ``false``) to use the torch implementations only."""
+
+SOURCE = Path(__file__).with_name("additive_energy.cpp")
+CFLAGS = ["-O3", "-march=native", "-fopenmp-simd"]
+
+_lock = threading.Lock()
+_loaded: dict[str, ModuleType | None] = {}
+
+
+def enabled() -> bool:
+    """False when ``ATTENTION_STUDY_NATIVE`` turns the kernels off."""
+    return os.environ.get(ENV_SWITCH, "on").strip().lower() not in {"off", "0", "false", "no"}
+
+
+def additive_energy_kernel() -> ModuleType | None:
+    """The compiled additive-energy kernel (``forward``, ``backward``), built on first
+    call; None when turned off or when it cannot be built (logged once)."""
+    if not enabled():
+        return None
+    with _lock:
+        if "additive_energy" not in _loaded:
+            _loaded["additive_energy"] = _build("additive_energy", SOURCE)
+        return _loaded["additive_energy"]
+
+
+def describe() -> str:
+    """Which energy implementation runs here: ``native`` or ``torch`` (for logs/params)."""
+    return "native" if additive_energy_kernel() is not None else "torch"
+
+
+def _build(name: str, source: Path) -> ModuleType | None:
+    try:
+        from torch.utils import cpp_extension
+
+        _put_ninja_on_path()
+        folder = _build_folder(name, source)
+        folder.mkdir(parents=True, exist_ok=True)
+        module = cpp_extension.load(
+            name=f"attention_study_{name}_{folder.name[-12:]}",
+            sources=[str(source)],
+            extra_cflags=CFLAGS,
+            build_directory=str(folder),
+            verbose=False,
+        )
+    except Exception as error:  # a missing compiler or ninja: the torch path instead
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        logger.warning(
+            "compiled %s kernel unavailable (%s); using the torch implementation "
+            "(%s=off skips the build)", name, first[:300], ENV_SWITCH,
+        )  # fmt: skip
+        return None
+    logger.info("compiled %s kernel loaded from %s", name, folder)
+    return module
+
+
+def _build_folder(name: str, source: Path) -> Path:
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "attention-study" / "kernels"
+    identity = hashlib.sha256()
+    for part in (source.read_bytes(), " ".join(CFLAGS).encode(), torch.__version__.encode(),
+                 _cpu_identity().encode()):  # fmt: skip
+        identity.update(part)
+        identity.update(b"\0")
+    return base / f"{name}-{identity.hexdigest()[:16]}"
+
+
+def _cpu_identity() -> str:
+    """The CPU's model name and feature flags (what ``-march=native`` compiles for)."""
+    keys = {"model name", "flags", "Features", "CPU part"}
+    fields = {k: v for k, v in cpuinfo_fields().items() if k in keys}
+    return f"{platform.machine()}|{platform.processor()}|{sorted(fields.items())}"
+
+
+def _put_ninja_on_path() -> None:
+    """torch's build runs ``ninja`` from PATH; the pip package's binary may not be on it
+    (a venv's python run without activating the venv, a Ray worker)."""
+    try:
+        import ninja
+    except ImportError:
+        return
+    directory = getattr(ninja, "BIN_DIR", None)
+    path = os.environ.get("PATH", "")
+    if directory and directory not in path.split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([directory, path]) if path else directory

@@ -1,0 +1,93 @@
+"""Driver-side Tune callbacks: collecting finished variants and the study's progress bar.
+(MLflow logging is :mod:`pipeline.sweep.tracking`.)"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+from tqdm import tqdm
+
+from pipeline.artifacts import VariantFiles
+from pipeline.runtime.cluster import ClusterError
+from pipeline.sweep.cache import VariantCache, checkpoint_uri
+from pipeline.sweep.trial import TrialSpec
+
+logger = logging.getLogger(__name__)
+
+
+class OutputsCallback(tune.Callback):
+    """Driver side: records each trial's latest checkpoint (for resuming a killed sweep)
+    and turns a completed trial's last checkpoint into ``models/<id>/`` (through the
+    variant cache)."""
+
+    def __init__(self, specs: dict[str, TrialSpec], models_dir: Path, cache: VariantCache):
+        self.specs, self.models_dir, self.cache = specs, models_dir, cache
+        self.attempts: dict[str, int] = {}
+        self.finished: dict[str, dict[str, Any]] = {}
+        self.errors: dict[str, str] = {}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        variant_id = trial.config["variant"]
+        self.attempts[variant_id] = self.attempts.get(variant_id, 0) + 1
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        spec = self.specs[trial.config["variant"]]
+        self.cache.set_resume(spec.config_hash, spec.variant.id, checkpoint_uri(checkpoint))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.collect(trial.config["variant"], trial.checkpoint)
+
+    def collect(self, variant_id: str, checkpoint) -> None:
+        """Copy a finished trial's checkpoint into ``models/<id>/`` (atomically)."""
+        if variant_id in self.finished:
+            return
+        spec = self.specs[variant_id]
+        try:
+            if checkpoint is None:
+                raise ClusterError("the trial completed without a checkpoint")
+            self.cache.folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=self.cache.folder, prefix=".collect-") as tmp:
+                checkpoint.to_directory(tmp)
+                files = VariantFiles(Path(tmp))
+                if files.finished(spec.config_hash) is None:
+                    raise ClusterError(f"its checkpoint holds no {files.RESULT} of this config")
+                self.cache.store(Path(tmp), spec.config_hash)
+            result = self.cache.restore(spec.config_hash, self.models_dir / variant_id)
+        except (OSError, ValueError, ClusterError) as err:
+            self.errors[variant_id] = f"{type(err).__name__}: {err}"
+            logger.error("%s: could not collect its outputs: %s", variant_id, err)
+            return
+        self.finished[variant_id] = result["summary"]
+        self.cache.set_resume(spec.config_hash, variant_id, None)
+
+
+class StudyProgress(tune.Callback):
+    """Driver side: one progress bar over the variants to train ("7/18 variants, 41:10
+    left"), with the steps of the running trials, beside Tune's per-trial table. The ETA
+    is tqdm's, from the variants finished so far."""
+
+    def __init__(self, total: int):
+        self.bar = tqdm(total=total, desc="study", unit="variant", dynamic_ncols=True)
+        self.steps: dict[str, int] = {}
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.steps[trial.config["variant"]] = int(result.get("step", 0))
+        running = ", ".join(f"{v} step {s}" for v, s in self.steps.items())
+        self.bar.set_postfix_str(running, refresh=True)
+
+    def _done(self, trial) -> None:
+        self.steps.pop(trial.config["variant"], None)
+        self.bar.update()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._done(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._done(trial)
+
+    def on_experiment_end(self, trials, **info):
+        self.bar.close()

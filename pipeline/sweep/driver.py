@@ -1,0 +1,318 @@
+"""The grid sweep: Ray Tune runs one trial per variant; nodes share only Tune's storage.
+
+- **In through Ray.** The tokenized data (the bytes of ``data/tok``, a few MB) reaches
+  every trial through ``tune.with_parameters`` (the object store); a trial never opens a
+  file of the driver's repo.
+- **Out through Tune.** A trial trains in a scratch folder on its node and, each epoch,
+  reports its metrics with a ``tune.Checkpoint`` of that folder (best model, resume
+  state, history); Tune copies it to ``ray.storage_path`` (infra.yaml). When a trial completes,
+  the driver copies its last checkpoint into ``models/<id>/`` (:mod:`pipeline.artifacts`).
+- **Caching.** ``models/<id>/result.json`` holds the hash of the variant's full config
+  (``precision: auto`` resolved on the trials' hardware) and of the data; a rerun takes
+  variants whose hash matches from ``models/`` or from the variant cache
+  (:mod:`pipeline.sweep.cache`, shared by all DVC experiments) and trains the rest.
+- **Deterministic outputs.** ``models/`` and ``models/sweep.json`` hold what the variants
+  are, nothing about the run that made them (timings of this run, attempts, MLflow run
+  ids go to the variant cache's ``last_sweep.json`` and to MLflow): a train rerun that
+  trains nothing leaves ``models/`` byte-identical and DVC reruns nothing downstream.
+- **Resumption.** A retried trial (``ray.max_failures``) resumes from
+  ``tune.get_checkpoint()``. After the driver itself was killed, the next run passes each
+  unfinished variant its latest checkpoint, recorded in the variant cache.
+  (``Tuner.restore`` does not fit: the set of variants to train differs between runs,
+  as finished ones drop out and grids grow.)
+- **Tracking** is driver-side (:mod:`pipeline.sweep.tracking`): one MLflow writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from pipeline.artifacts import SWEEP_FILE, VariantFiles
+from pipeline.config.grid import GRID_SETTINGS, Variant, expand_grid, select
+from pipeline.config.infra import Infra
+from pipeline.config.params import Config
+from pipeline.data.dataset import TokenizedData
+from pipeline.io import write_json
+from pipeline.runtime.cluster import (
+    ClusterError,
+    TaskResources,
+    init_ray,
+    root_cause,
+    storage_uri,
+)
+from pipeline.scorers.plugins import loaded as loaded_plugins
+from pipeline.sweep.cache import VariantCache
+from pipeline.sweep.callbacks import OutputsCallback, StudyProgress
+from pipeline.sweep.tracking import MlflowCallback
+from pipeline.sweep.trial import FINAL, TrialSpec, resolve_auto_precision, run_trial
+from pipeline.tracking.store import UNFINISHED, Tracker
+from pipeline.train.trainer import variant_key
+
+logger = logging.getLogger(__name__)
+
+
+class SweepFailedError(ClusterError):
+    """Some variants failed and ``train.allow_partial`` is off."""
+
+
+class SweepInterruptedError(ClusterError):
+    """Tune stopped the sweep (Ctrl-C, SIGUSR1) before every trial ended."""
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    tok_dir: Path
+    models_dir: Path
+    storage: str  # Tune storage_path: an absolute local path or a URI, as Tune takes it
+    cache: VariantCache
+
+    @staticmethod
+    def under(infra: Infra, tok_dir: Path, models_dir: Path) -> SweepPaths:
+        storage = storage_uri(infra.ray.storage_path, infra.root)
+        cache = VariantCache(infra.cache_dir)
+        return SweepPaths(tok_dir.resolve(), models_dir.resolve(), storage, cache)
+
+
+@dataclass
+class VariantOutcome:
+    id: str
+    status: str  # trained | cached | failed
+    config_hash: str
+    error: str | None = None
+    attempts: int = 0
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------- sweep
+def _with_precision(variant: Variant, auto: str | None) -> Variant:
+    if variant.train.precision != "auto" or auto is None:
+        return variant
+    return replace(variant, train=variant.train.model_copy(update={"precision": auto}))
+
+
+def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, callbacks):
+    ray_cfg = infra.ray
+    resources = next(iter(todo.values())).resources
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, specs=todo, data=data), resources.tune_resources()
+    )
+    reporter = tune.CLIReporter(
+        metric_columns=["epoch", "train_loss", "dev_loss", "dev_bleu", "tokens_per_s"],
+        parameter_columns=["variant"],
+        max_report_frequency=30,
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"variant": tune.grid_search(sorted(todo))},
+        tune_config=tune.TuneConfig(max_concurrent_trials=ray_cfg.max_concurrent_trials or None),
+        run_config=tune.RunConfig(
+            name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",  # unique per driver
+            storage_path=paths.storage,
+            failure_config=tune.FailureConfig(max_failures=ray_cfg.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),  # the latest holds all
+            callbacks=callbacks,
+            progress_reporter=reporter,
+            verbose=1,
+        ),
+    )
+    return tuner.fit()
+
+
+def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dict:
+    """Train every selected variant not already finished; write ``models/sweep.json``.
+    Returns the run log (``last_sweep.json``: counts, statuses, attempts, MLflow runs)."""
+    started = time.time()
+    data = TokenizedData.load(paths.tok_dir)
+    data_hash = data.fingerprint()
+    resources = TaskResources.from_config(infra.ray)
+    variants = select(expand_grid(config), only or config.train.only)
+    auto = None
+    if any(v.train.precision == "auto" for v in variants):
+        auto = resolve_auto_precision(infra.ray, resources)
+        logger.info("train.precision auto -> %s on the trials' hardware", auto)
+    variants = [_with_precision(v, auto) for v in variants]
+    timeout_minutes = infra.ray.trial_timeout_minutes
+    plugins = tuple(loaded_plugins())
+    specs = {
+        v.id: TrialSpec(
+            v,
+            variant_key(v, data_hash),
+            resources,
+            trial_timeout_minutes=timeout_minutes,
+            plugins=plugins,
+        )
+        for v in variants
+    }
+    outcomes = {}
+    for variant_id, spec in specs.items():
+        folder = paths.models_dir / variant_id
+        cached = VariantFiles(folder).finished(spec.config_hash)
+        if cached is None:
+            cached = paths.cache.restore(spec.config_hash, folder)
+        if cached is not None:
+            outcomes[variant_id] = VariantOutcome(
+                variant_id, "cached", spec.config_hash, summary=cached["summary"]
+            )
+    todo = {k: v for k, v in specs.items() if k not in outcomes}
+    logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
+
+    parent_id, runs = None, {}
+    if todo:
+        init_ray(infra.ray)  # before MLflow: a cluster that cannot run it fails here
+        tracker = Tracker(infra)
+        parent_id = _parent_run(tracker, config, infra, data_hash, specs)
+        todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
+        outputs = OutputsCallback(todo, paths.models_dir, paths.cache)
+        tracking = MlflowCallback(tracker, parent_id, outputs, data, paths.tok_dir)
+        try:
+            progress = StudyProgress(len(todo))
+            grid = _tune(todo, data, infra, paths, [outputs, tracking, progress])
+            _raise_if_interrupted(grid, outputs)
+        except SweepInterruptedError:
+            raise  # its MLflow runs stay open: the rerun continues them
+        except Exception:
+            tracker.finish(parent_id, "FAILED")
+            raise
+        outcomes.update(_collect(todo, grid, outputs))
+        runs = tracking.runs
+    _write_summary(paths.models_dir, specs, outcomes, data_hash)
+    failed = [o for o in outcomes.values() if o.status == "failed"]
+    sweep_failed = bool(failed) and not config.train.allow_partial
+    record = _write_last_sweep(paths, specs, outcomes, parent_id, runs, time.time() - started)
+    if parent_id:
+        counts = {f"variants_{k}": v for k, v in record["counts"].items()}
+        tracker.log_metrics(parent_id, {**counts, "sweep_minutes": record["minutes"]})
+        tracker.log_artifacts(parent_id, [paths.models_dir / SWEEP_FILE, paths.cache.last_sweep])
+        tracker.finish(parent_id, "FAILED" if sweep_failed else "FINISHED")
+    if sweep_failed:
+        names = "; ".join(f"{o.id}: {o.error}" for o in failed)
+        raise SweepFailedError(f"{len(failed)} of {len(specs)} variants failed: {names}")
+    return record
+
+
+def _resumable(spec: TrialSpec, cache: VariantCache) -> TrialSpec:
+    uri = cache.resume_uri(spec.config_hash)
+    if uri:
+        logger.info("%s: resuming from its last Tune checkpoint %s", spec.variant.id, uri)
+    return replace(spec, resume_from=uri)
+
+
+def _raise_if_interrupted(grid, outputs: OutputsCallback) -> None:
+    """Tune ends ``fit()`` normally on Ctrl-C; unfinished trials are not failures: keep the
+    sweep resumable (parent run, checkpoints) and say how to continue. Trials that never
+    started have no config (and an error that their results are missing)."""
+    stopped, never_started = [], 0
+    for result in grid:
+        variant = (result.config or {}).get("variant")
+        if variant is None:
+            never_started += 1
+        elif (
+            result.error is None
+            and not (result.metrics or {}).get(FINAL)
+            and variant not in outputs.finished
+        ):
+            stopped.append(variant)
+    stopped.sort()
+    if stopped:
+        more = f" and {never_started} not started" if never_started else ""
+        raise SweepInterruptedError(
+            f"interrupted with {len(stopped)} variants unfinished ({', '.join(stopped[:4])}"
+            f"{', ...' if len(stopped) > 4 else ''}){more}; run the train stage again to "
+            "resume them from their last Tune checkpoints"
+        )
+
+
+def _collect(todo: dict[str, TrialSpec], grid, outputs: OutputsCallback) -> dict:
+    """Outcomes from the ``ResultGrid``: trained (collected) or failed with the cause."""
+    errors: dict[str, str] = {}
+    for result in grid:
+        variant_id = result.config["variant"]
+        if result.error is not None:
+            errors[variant_id] = root_cause(result.error)
+        elif variant_id not in outputs.finished:
+            outputs.collect(variant_id, result.checkpoint)
+    outcomes = {}
+    for variant_id, spec in todo.items():
+        if variant_id in outputs.finished:
+            status, error, summary = "trained", None, outputs.finished[variant_id]
+        else:
+            error = errors.get(variant_id) or outputs.errors.get(variant_id) or "did not finish"
+            status, summary = "failed", {}
+        outcomes[variant_id] = VariantOutcome(
+            variant_id, status, spec.config_hash, error, outputs.attempts.get(variant_id, 0),
+            summary,
+        )  # fmt: skip
+    return outcomes
+
+
+def _grid_hash(specs: dict[str, TrialSpec]) -> str:
+    key = json.dumps(sorted((k, v.config_hash) for k, v in specs.items()))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _parent_run(tracker: Tracker, config: Config, infra: Infra, data_hash, specs) -> str:
+    """The sweep's MLflow parent: an interrupted sweep of the same grid is continued."""
+    params = {"variants": len(specs), "grid": json.dumps(config.train.grid)}
+    params.update({f"ray.{k}": v for k, v in infra.ray.model_dump().items()})
+    return tracker.find_or_start(
+        f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+        {"kind": "sweep", "grid_hash": _grid_hash(specs)},
+        reuse=UNFINISHED,
+        params=params,
+        tags={"data_hash": data_hash},
+    )
+
+
+def _write_summary(models_dir: Path, specs, outcomes, data_hash: str) -> None:
+    """``models/sweep.json``: what each variant is (config, summary, or why it failed);
+    identical on a rerun that trains nothing."""
+    summary = {
+        "data_hash": data_hash,
+        "variants": {
+            variant_id: {
+                "status": "failed" if outcomes[variant_id].status == "failed" else "finished",
+                "config_hash": spec.config_hash,
+                "error": outcomes[variant_id].error,
+                **outcomes[variant_id].summary,
+                "axes": spec.variant.axes,
+                "model": spec.variant.model.model_dump(),
+                "train": spec.variant.train.model_dump(exclude=GRID_SETTINGS),
+            }
+            for variant_id, spec in specs.items()
+        },
+    }
+    write_json(models_dir / SWEEP_FILE, summary)
+
+
+def _write_last_sweep(paths, specs, outcomes, parent_id, runs, seconds: float) -> dict:
+    counts: dict[str, int] = {}
+    for outcome in outcomes.values():
+        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    record = {
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "models_dir": str(paths.models_dir),
+        "minutes": round(seconds / 60, 3),
+        "parent_run_id": parent_id,
+        "counts": counts,
+        "variants": {
+            variant_id: {
+                "status": outcomes[variant_id].status,
+                "attempts": outcomes[variant_id].attempts,
+                "config_hash": spec.config_hash,
+                "run_id": runs.get(variant_id),
+                "error": outcomes[variant_id].error,
+            }
+            for variant_id, spec in specs.items()
+        },
+    }
+    paths.cache.write_last_sweep(record)
+    return record

@@ -1,0 +1,131 @@
+"""One trial: what it is given (:class:`TrialSpec`) and what runs on the worker
+(:func:`run_trial`, Ray Tune's function trainable).
+
+The trial entry point is where a worker process is set up (process-wide settings, plugin
+scorers) before training: library code never does it as a side effect.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from pipeline.artifacts import VariantFiles
+from pipeline.config.grid import Variant
+from pipeline.data.dataset import TokenizedData
+from pipeline.io import write_json
+from pipeline.runtime.cluster import (
+    TaskResources,
+    claim_device,
+    device_for,
+    init_ray,
+    node_id,
+    ray_address,
+    run_tasks,
+)
+from pipeline.runtime.process import prepare_process
+from pipeline.scorers.plugins import PluginSource, load_plugins
+from pipeline.train.probes import dev_attention_figure
+from pipeline.train.trainer import TimeLimit, TrainCallback, train_variant
+
+logger = logging.getLogger(__name__)
+
+FINAL = "variant_finished"
+"""Key of a trial's final report (its summary and last checkpoint)."""
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a trial needs besides the data (which travels once, separately)."""
+
+    variant: Variant
+    config_hash: str
+    resources: TaskResources
+    resume_from: str | None = None  # URI of a Tune checkpoint left by a killed sweep
+    trial_timeout_minutes: float = 0.0  # infra.yaml ray.trial_timeout_minutes (safety net)
+    plugins: tuple[PluginSource, ...] = ()  # plugin scorers' sources (workers lack the files)
+
+
+class _TuneReport(TrainCallback):
+    """Each dev evaluation -> ``tune.report`` with a checkpoint of the scratch folder."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+
+    def on_evaluation(self, trainer, row: dict[str, Any]) -> None:
+        report(row, self.scratch)
+
+
+def report(row: dict[str, Any], scratch: Path) -> None:
+    tune.report(row, checkpoint=tune.Checkpoint.from_directory(str(scratch)))
+
+
+def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: TokenizedData):
+    """Ray Tune function trainable: train one variant in a scratch folder on this node,
+    report every evaluation with a checkpoint of that folder, then the final summary."""
+
+    spec = specs[tune_config["variant"]]
+    device = claim_device(spec.resources.gpus, spec.resources.cpus)
+    prepare_process()
+    load_plugins(list(spec.plugins))
+    scratch = Path(tempfile.mkdtemp(prefix=f"{spec.variant.id}-"))
+    files = VariantFiles(scratch)
+    try:
+        checkpoint = tune.get_checkpoint()
+        if checkpoint is None and spec.resume_from:
+            checkpoint = tune.Checkpoint(spec.resume_from)
+        if checkpoint is not None:
+            checkpoint.to_directory(str(scratch))
+            done = files.finished(spec.config_hash)
+            if done:  # trained before the driver collected its outputs: report it again
+                report(final_report(done["summary"]), scratch)
+                return
+        timeout = spec.trial_timeout_minutes
+        result = train_variant(
+            spec.variant, data, scratch, callbacks=[_TuneReport(scratch)], device=device,
+            resume=True, time_limit=TimeLimit(60 * timeout, fail=True) if timeout else None,
+        )  # fmt: skip
+        summary = {k: v for k, v in asdict(result).items() if k != "history"}
+        summary.update(device=device, node_id=node_id())
+        try:
+            dev_attention_figure(files.checkpoint, data, scratch)
+        except Exception as err:  # a figure must never fail a trained variant
+            logger.warning("%s: no dev attention figure (%s)", spec.variant.id, err)
+        write_json(files.result, {"config_hash": spec.config_hash, "summary": summary})
+        files.last.unlink(missing_ok=True)  # finished: the resume state is not kept
+        report(final_report(summary), scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def final_report(summary: dict[str, Any]) -> dict[str, Any]:
+    return {FINAL: True, **{k: v for k, v in summary.items() if _scalar(v)}}
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, int | float | str | bool)
+
+
+def _resolve_precision(precision: str, resources: TaskResources) -> str:
+    """Ray task: what ``precision`` becomes on a trial's hardware."""
+    from pipeline.runtime.precision import resolve
+
+    return resolve(precision, claim_device(resources.gpus, resources.cpus))
+
+
+def resolve_auto_precision(ray_config, resources: TaskResources) -> str:
+    """``train.precision: auto`` resolved once for the whole sweep, where trials run: on
+    this machine for a local Ray, else by a probe task with a trial's resources."""
+    if ray_address(ray_config) is None:
+        from pipeline.runtime.precision import resolve
+
+        return resolve("auto", device_for(resources.gpus))
+    init_ray(ray_config)
+    probe = {"probe": "auto"}
+    return run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,))["probe"]

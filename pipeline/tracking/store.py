@@ -1,0 +1,307 @@
+"""MLflow tracking: the only module that imports mlflow.
+
+Runs are found by their tags, never by ids stored in DVC outputs, so a temporary or
+queued DVC experiment, a deleted ``mlflow.db`` or a fresh clone all find or recreate
+the right run:
+
+========== ===================================== =====================================
+``kind``   key tags                              what it holds
+========== ===================================== =====================================
+sweep      ``grid_hash``                         one train stage run: the grid, counts,
+                                                 ``sweep.json`` (parent of ``train``)
+train      ``config_hash``                       one variant's training: per-evaluation and
+                                                 summary metrics, dataset, model
+evaluation ``eval_key``                          one evaluate stage run: the study table,
+                                                 significance, the report (parent of
+                                                 ``test``)
+test       ``eval_key``, ``config_hash``         one variant's test scores beside its
+                                                 training summary (the compare view)
+========== ===================================== =====================================
+
+Runs are created through MLflow's own tag resolution (user, source, git commit) with an
+explicit parent, and carry the DVC experiment's name and baseline revision
+(``dvc.exp_name``, ``dvc.baseline_rev``) when DVC runs the stage inside one.
+
+All writes happen in driver processes (trial results reach the driver through a Tune
+callback), so a SQLite store never sees concurrent writers from one stage. The store is
+``sqlite:///mlflow.db`` under the project root by default (:mod:`pipeline.config.infra`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow.data.dataset_source_registry import resolve_dataset_source
+from mlflow.data.meta_dataset import MetaDataset
+from mlflow.entities import (
+    DatasetInput,
+    InputTag,
+    LoggedModelOutput,
+    LoggedModelStatus,
+    Metric,
+    Param,
+    Run,
+    RunStatus,
+)
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.tracking.context.registry import resolve_tags
+
+from pipeline.config.infra import Infra
+from pipeline.errors import StageError
+
+logger = logging.getLogger(__name__)
+
+PARENT_TAG = "mlflow.parentRunId"
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+"""MLflow 3's UI opens a model-training experiment on its runs table (not GenAI traces)."""
+DVC_TAGS = {"DVC_EXP_NAME": "dvc.exp_name", "DVC_EXP_BASELINE_REV": "dvc.baseline_rev"}
+UNFINISHED = ("RUNNING", "FAILED", "KILLED", "SCHEDULED")
+_MAX_PARAM = 6000  # MLflow's limit on a param value's length
+
+
+class TrackingError(StageError):
+    """The MLflow store cannot be used as configured (one line naming the setting)."""
+
+
+def resolve_uri(infra: Infra) -> str:
+    """The tracking URI, a relative ``sqlite:///`` path made absolute under the project
+    root (``DVC_ROOT`` inside DVC experiments: the user's repo, not the temporary copy)."""
+    uri = infra.tracking.uri
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        uri = prefix + str((infra.root / uri[len(prefix) :]).resolve())
+    return uri
+
+
+def dvc_tags() -> dict[str, str]:
+    """The DVC experiment this process runs in (DVC sets these variables), if any."""
+    return {tag: os.environ[env] for env, tag in DVC_TAGS.items() if os.environ.get(env)}
+
+
+def still_improving(summary: Mapping[str, Any]) -> bool:
+    """Not plateaued: stopped for any reason other than early stopping. Only early stopping
+    shows that the dev metric stopped improving (``train.patience`` evaluations without a
+    gain of more than ``train.min_delta``); a variant stopped by a budget (epochs, steps,
+    time) had not shown that, even if its best evaluation was not its last one, so it is
+    flagged: more training might still have helped, and comparing it is less safe."""
+    return summary.get("stop_reason") != "early_stopping"
+
+
+def training_summary(summary: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
+    """A finished variant's summary (``result.json``) as MLflow metrics and tags: what the
+    compare view needs to say which variant is best and whether it converged."""
+    metrics = {
+        "best_dev_bleu": summary.get("best_dev_bleu"),
+        "best_dev_loss": summary.get("best_dev_loss"),
+        "best_epoch": summary.get("best_epoch"),
+        "epochs": summary.get("epochs_run"),
+        "steps": summary.get("steps"),
+        "train_minutes": (summary.get("wall_time_s") or 0) / 60,
+        "train_tokens_per_s": summary.get("tokens_per_s"),
+        "parameter_count": summary.get("parameter_count"),
+        "still_improving": float(still_improving(summary)),
+    }
+    metrics = {k: v for k, v in metrics.items() if v is not None}
+    tags = {"stop_reason": str(summary.get("stop_reason", "unknown"))}
+    return metrics, tags
+
+
+def experiment_key(key: Mapping[str, str]) -> dict[str, str]:
+    """``key`` scoped to the DVC experiment this process runs in: each experiment gets
+    its own evaluation runs (``dvc exp show`` rows and runs match one to one); outside
+    one, the key asks for runs of no experiment (:meth:`Tracker.find_run`)."""
+    return {**key, **dvc_tags()} if dvc_tags() else {**key, DVC_TAGS["DVC_EXP_NAME"]: ""}
+
+
+def _quoted(value: str) -> str:
+    return "'" + str(value).replace("'", "\\'") + "'"
+
+
+class Tracker:
+    """Explicit-run-id MLflow client for one experiment (no global active-run state)."""
+
+    def __init__(self, infra: Infra):
+        self.uri = resolve_uri(infra)
+        self.log_models = infra.tracking.log_models
+        name = infra.tracking.experiment
+        try:
+            self.client = MlflowClient(tracking_uri=self.uri)
+            experiment = self.client.get_experiment_by_name(name)
+            if experiment is None:
+                self.experiment_id = self.client.create_experiment(
+                    name, artifact_location=self._artifact_location(), tags=EXPERIMENT_KIND
+                )
+            else:
+                self.experiment_id = experiment.experiment_id
+                for key, value in EXPERIMENT_KIND.items():
+                    if experiment.tags.get(key) != value:  # made by an older version
+                        self.client.set_experiment_tag(self.experiment_id, key, value)
+        except MlflowException as err:
+            message = str(err.message).strip().splitlines()[0].split(". See ")[0]
+            raise TrackingError(
+                f"tracking.uri {self.uri!r} ({infra.source}, or MLFLOW_TRACKING_URI): {message}"
+            ) from None
+        logger.info("MLflow: %s (experiment %r)", self.uri, name)
+
+    def _artifact_location(self) -> str | None:
+        if self.uri.startswith("sqlite:///"):  # a local store: artifacts beside the file
+            database = Path(self.uri[len("sqlite:///") :])
+            return (database.parent / "mlartifacts").resolve().as_uri()
+        return None
+
+    # ------------------------------------------------------------------- runs
+    def _search(self, tags: Mapping[str, str], max_results: int) -> list[Run]:
+        """Live runs carrying ``tags``, newest first; a tag given as ``""`` must be absent."""
+        clauses = [f"tags.`{k}` = {_quoted(v)}" for k, v in tags.items() if v != ""]
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=" AND ".join(clauses),
+            order_by=["attributes.start_time DESC"],
+            max_results=max_results,
+        )
+        absent = [k for k, v in tags.items() if v == ""]
+        return [r for r in runs if not any(k in r.data.tags for k in absent)]
+
+    def find_run(self, tags: Mapping[str, str], statuses: Iterable[str] = ()) -> Run | None:
+        """The newest live run carrying all ``tags`` (and one of ``statuses``, if given);
+        a tag given as ``""`` must be absent."""
+        wanted = set(statuses)
+        runs = self._search(tags, max_results=50)
+        return next((r for r in runs if not wanted or r.info.status in wanted), None)
+
+    def newest_by(self, key: str, tags: Mapping[str, str]) -> dict[str, Run]:
+        """The newest live run carrying ``tags`` for each value of tag ``key`` (one query)."""
+        newest: dict[str, Run] = {}
+        for run in self._search(tags, max_results=50_000):
+            newest.setdefault(run.data.tags.get(key), run)
+        return newest
+
+    def start_run(
+        self,
+        name: str,
+        *,
+        parent_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """A new run with MLflow's standard tags (user, source, git commit), the DVC
+        experiment's tags and ``tags``; nested under ``parent_id`` when given."""
+        run_tags = {**dvc_tags(), **(tags or {})}
+        if parent_id:
+            run_tags[PARENT_TAG] = parent_id
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=resolve_tags(run_tags))
+        if params:
+            self.log_params(run.info.run_id, params)
+        return run.info.run_id
+
+    def find_or_start(
+        self,
+        name: str,
+        key: Mapping[str, str],
+        *,
+        reuse: Iterable[str] = (),
+        parent_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Reopen the newest run with the ``key`` tags (in one of the ``reuse``
+        statuses; any status if empty), else start one. A reopened run is re-tagged with
+        the current parent and DVC experiment."""
+        found = self.find_run(key, reuse)
+        if found is not None:
+            run_id = found.info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            retag = {**dvc_tags(), **(tags or {})}
+            if parent_id:
+                retag[PARENT_TAG] = parent_id
+            self.set_tags(run_id, retag)
+            return run_id
+        present = {k: v for k, v in key.items() if v != ""}
+        return self.start_run(
+            name, parent_id=parent_id, params=params, tags={**present, **(tags or {})}
+        )
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(
+            run_id, status=RunStatus.to_string(RunStatus.from_string(status))
+        )
+
+    # ---------------------------------------------------------------- logging
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        items = [Param(k, str(v)[:_MAX_PARAM]) for k, v in params.items()]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[start : start + 100])
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
+        now = int(time.time() * 1000)
+        items = [
+            Metric(k, float(v), now, step)
+            for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        ]
+        for start in range(0, len(items), 1000):
+            self.client.log_batch(run_id, metrics=items[start : start + 1000])
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(run_id, key, str(value)[:5000])
+
+    def log_artifacts(self, run_id: str, paths: Iterable[Path], subdir: str | None = None) -> None:
+        for path in paths:
+            path = Path(path)
+            if path.is_file():
+                self.client.log_artifact(run_id, str(path), artifact_path=subdir)
+            elif path.is_dir():
+                self.client.log_artifacts(run_id, str(path), artifact_path=subdir)
+
+    def log_dataset(self, run_id: str, name: str, path: Path, digest: str, context: str) -> None:
+        """Record a dataset input (MLflow's Datasets column): where it is and its hash."""
+        with warnings.catch_warnings():  # a local path matches two equivalent source kinds
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(str(path))
+        dataset = MetaDataset(source, name=name, digest=digest[:36])
+        entity = DatasetInput(
+            dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)]
+        )
+        self.client.log_inputs(run_id, datasets=[entity])
+
+    def log_model(
+        self,
+        run_id: str,
+        name: str,
+        files: Iterable[Path],
+        *,
+        step: int,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+    ) -> str | None:
+        """Log ``files`` (a checkpoint and its config) as an MLflow logged model produced
+        by ``run_id`` at ``step`` (the run's Models column); ``None`` when turned off."""
+        if not self.log_models:
+            return None
+        model = self.client.create_logged_model(
+            self.experiment_id,
+            name=re.sub(r"[/:.%\"']", "_", name),  # characters MLflow refuses in model names
+            source_run_id=run_id,
+            params={k: str(v)[:_MAX_PARAM] for k, v in params.items()},
+            tags=dict(tags),
+            model_type="seq2seq-checkpoint",
+        )
+        try:
+            for path in files:
+                self.client.log_model_artifact(model.model_id, str(path))
+        except Exception:
+            self.client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+            raise
+        self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+        self.client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=step)])
+        return model.model_id

@@ -1,0 +1,8 @@
+"""Train: one variant, from initial weights to its best checkpoint.
+
+Owns: the trainer (steps, evaluations, plateau, checkpoints, resume) and its public
+hooks (``TrainCallback``), the cache key of a variant (``variant_key``), and the probes
+drawn from a trained variant (the dev attention heatmap).
+
+May import: scorers, config, runtime, data, kernels, models, io, artifacts, plotting.
+"""

@@ -1,0 +1,30 @@
+"""The stage CLIs: an error the user can fix is one line; a bug keeps its traceback."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.config import ConfigError
+from pipeline.data.pairs import read_tsv_pairs
+from pipeline.scorers.plugins import PluginError
+from stages._cli import user_error
+
+
+def _raised(function):
+    try:
+        function()
+    except Exception as err:  # noqa: BLE001
+        return err
+    raise AssertionError("nothing raised")
+
+
+def test_project_errors_and_named_files_are_user_errors(tmp_path):
+    assert user_error(ConfigError("train.grid: bad"))
+    assert user_error(PluginError("scorers/x.py: bad"))
+    assert user_error(_raised(lambda: read_tsv_pairs(tmp_path / "missing.tsv")))
+
+
+def test_a_library_value_error_is_a_bug_shown_with_its_traceback():
+    err = _raised(lambda: np.zeros(3).reshape(2, 2))
+    assert isinstance(err, ValueError) and not user_error(err)
+    assert not user_error(_raised(lambda: {}["key"]))
