@@ -7,17 +7,22 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 setup: $(VENV)/.installed
 
-# torch==2.13.0 first: it is the local CPU build, and pyproject's torch range admits it,
-# so pip does not pull the CUDA wheels.
+# torch first, the way PyTorch documents it: TORCH=cpu (default) takes the CPU-only wheel
+# from PyTorch's CPU index, so pip does not pull the CUDA libraries; TORCH=cuda takes the
+# default (CUDA) wheel. TORCH_SPEC pins a version (e.g. TORCH_SPEC="torch==2.13.0").
+TORCH ?= cpu
+TORCH_SPEC ?= torch
+TORCH_INDEX_cpu := --extra-index-url https://download.pytorch.org/whl/cpu
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_INDEX_$(TORCH))
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
-# The report's browser check drives the system Chromium (Debian package) with Playwright;
-# no browser is downloaded.
+# The report's browser check drives a system Chromium with Playwright (no browser is
+# downloaded). Without one, those tests skip with a one-line reason; CI installs it
+# (`make browser`, as root) and sets REQUIRE_BROWSER=1, which turns the skip into a failure.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
@@ -26,25 +31,28 @@ browser:
 study: setup          ## reproduce the whole study (dvc repro)
 	dvc repro
 
-test: setup browser   ## the full test suite, end-to-end tests included (what CI runs)
+test: setup           ## the full test suite, end-to-end tests included (what CI runs)
 	python -m pytest
 
 test-fast: setup      ## skip the slow end-to-end tests
 	python -m pytest -m "not slow"
 
-lint: setup
-	ruff check pipeline stages tests benchmarks
-	ruff format --check pipeline stages tests benchmarks
+LINTED := pipeline stages tests benchmarks scorers
+lint: setup           ## what CI lints
+	ruff check $(LINTED)
+	ruff format --check $(LINTED)
 
 bench: setup          ## speed/memory benchmarks (not part of the tests)
 	python -m benchmarks.run
 
-# Time to quality: dev BLEU against minutes for our trainer, another revision's (--rev)
-# and JoeyNMT (its own venv, JOEYNMT_VENV), two at a time, about 40 minutes;
+# Time to quality: dev BLEU against minutes for our trainer, a baseline revision of it
+# (BASELINE_REV, a git revision) and JoeyNMT (its own venv, JOEYNMT_VENV), two at a time,
+# about 40 minutes;
 # JoeyNMT runs beside a seed-2 copy of ours (the pairs go in order: 3 pairs of 6 runs);
-# needs data/tok (`dvc repro tokenize`). Results: benchmarks/results/time_to_quality.md.
-JOEYNMT_VENV ?= /work/joeynmt-venv
+# needs data/tok (`dvc repro tokenize`). Results: benchmarks/results/time_to_quality/.
+JOEYNMT_VENV ?= .joeynmt-venv
+BASELINE_REV ?= 18c646f
 time-to-quality: setup  ## time-to-quality table with the JoeyNMT peer (not part of the tests)
 	bash benchmarks/peer/joeynmt_setup.sh $(JOEYNMT_VENV)
 	JOEYNMT_VENV=$(abspath $(JOEYNMT_VENV)) python -m benchmarks.time_to_quality --minutes 12 \
-	  --rev 18c646f --set s2@additive:seed=2
+	  --rev $(BASELINE_REV) --set s2@additive:seed=2

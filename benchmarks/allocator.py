@@ -9,7 +9,7 @@ each worker spent (page faults and mappings are system time).
     python -m benchmarks.allocator                      # about 4 minutes here
     python -m benchmarks.allocator --rounds 3 --batch-tokens 1000 3000
 
-Results: ``benchmarks/results/allocator.{json,md}``. Not part of the tests.
+Results: ``benchmarks/results/allocator/allocator.{json,md}``. Not part of the tests.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def main() -> None:
     cli.add_argument("--seconds", type=float, default=20.0)
     cli.add_argument("--warmup", type=int, default=8)
     cli.add_argument("--tok-dir", type=Path, default=ROOT / "data" / "tok")
-    cli.add_argument("--out", type=Path, default=RESULTS / "allocator")
+    cli.add_argument("--out", type=Path, default=RESULTS / "allocator" / "allocator")
     args = cli.parse_args()
     rows = measure(args)
     cases: dict[str, list[float]] = {}

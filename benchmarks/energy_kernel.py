@@ -1,6 +1,6 @@
 """The compiled additive-energy kernel against the torch blocks, side by side in one process.
 
-    python -m benchmarks.energy_kernel --out benchmarks/results/energy-kernel-DATE
+    python -m benchmarks.energy_kernel --out benchmarks/results/energy_kernel
 
 Two readings, each alternating the two implementations (``ATTENTION_STUDY_NATIVE`` on and
 off, which ``pipeline.kernels.native`` reads at every call) round by round, one thread:

@@ -1,4 +1,4 @@
-"""Markdown tables of a ``benchmarks.run`` result (``benchmarks/results/latest.md``)."""
+"""Markdown tables of a ``benchmarks.run`` result (``benchmarks/results/run/latest.md``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """oneDNN's primitive cache at its default size against the size training sets, side by side.
 
-    python -m benchmarks.primitive_cache --steps 1800 --out benchmarks/results/primitive-cache-DATE
+    python -m benchmarks.primitive_cache --steps 1800 --out benchmarks/results/primitive_cache
 
 Two trials start together (``benchmarks.trials.run_trials``: one worker process each,
 one thread, a start barrier) and train the same model (additive Luong h256 by default,
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--wiring", default="luong", choices=["luong", "bahdanau"])
     cli.add_argument("--tok-dir", type=Path, default=ROOT / "data" / "tok")
     cli.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "primitive-cache"
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "primitive_cache"
     )
     args = cli.parse_args(argv)
     if args.steps < 1 or args.window < 1:

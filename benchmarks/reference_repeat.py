@@ -1,6 +1,6 @@
 """Section 3 of ``make bench`` alone, repeated: the pipeline against the per-step reference.
 
-    python -m benchmarks.reference_repeat --rounds 3 --out benchmarks/results/reference-DATE
+    python -m benchmarks.reference_repeat --rounds 3 --out benchmarks/results/reference_repeat
 
 One ratio from one run moves with the machine's speed from minute to minute (a few
 percent on a shared VM); this reruns :func:`benchmarks.run.measure_reference` (each row:

@@ -256,7 +256,7 @@ def setup_summary(args) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "run")
     parser.add_argument("--tok-dir", type=Path, default=ROOT / "data" / "tok")
     parser.add_argument("--models", type=Path, default=ROOT / "models")
     parser.add_argument("--study-log", type=Path, help="a `dvc repro` console log to time")

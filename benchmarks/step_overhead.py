@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--warmup", type=int, default=2, help="untimed steps per size")
     cli.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     cli.add_argument("--tok-dir", type=Path, default=Path("data/tok"))
-    cli.add_argument("--out", type=Path, default=Path("benchmarks/results/step-overhead"))
+    cli.add_argument("--out", type=Path, default=Path("benchmarks/results/step_overhead"))
     cli.add_argument("--ceiling-seconds", type=float, default=5.0)
     command = sys.argv[1:] if argv is None else argv
     args = cli.parse_args(command)

@@ -17,16 +17,15 @@ reached dev BLEU 8, and the range the two curves' spacing leaves for that ratio.
     python -m benchmarks.time_to_quality --minutes 12           # about 25 minutes here
     python -m benchmarks.time_to_quality --minutes 12 \
         --set bt3000:batch_tokens=3000,learning_rate=0.0035     # + 2 runs, about 37 minutes
-    python -m benchmarks.time_to_quality --minutes 12 --rev 18c646f  # + the issue day's trainer
+    python -m benchmarks.time_to_quality --minutes 12 --rev REV  # + a baseline revision
     python -m benchmarks.time_to_quality --minutes 2 --no-peer  # a quick look
 
 ``--set name:key=value,...`` adds a variant of our trainer with params overridden (e.g.
 ``--set bt3000:batch_tokens=3000,learning_rate=0.0035``), to measure a change side by
 side with the defaults; ``name@additive:...`` (or ``@none``) runs it for that scorer
-only. Results: ``benchmarks/results/time_to_quality.{json,md}``; the summary gives each
-curve, the minutes to reach each target (:data:`TARGETS`: the dev BLEU the trainer of
-the issue's time reached at the end of its 3rd epoch) and to dev BLEU 8. Not part of
-the tests.
+only. Results: ``benchmarks/results/time_to_quality/``; the summary gives each curve,
+the minutes to reach each target (:data:`TARGETS`: the dev BLEU a baseline trainer
+reached at the end of its 3rd epoch) and to dev BLEU 8. Not part of the tests.
 """
 
 from __future__ import annotations
@@ -327,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--render", type=Path, metavar="JSON",
                      help="only recompute the summary of an earlier results .json")  # fmt: skip
     cli.add_argument("--worker", help=argparse.SUPPRESS)
-    cli.add_argument("--out", type=Path, default=RESULTS / "time_to_quality")
+    cli.add_argument("--out", type=Path, default=RESULTS / "time_to_quality" / "time_to_quality")
     args = cli.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))

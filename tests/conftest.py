@@ -14,7 +14,7 @@ from pipeline.config.params import ModelConfig, TrainConfig
 from pipeline.data.dataset import TokenizedSplit
 
 # =============================================================================
-# Model / search / training fixtures (tests/test_attention, test_models, test_search,
+# Model / search / training fixtures (tests/unit/test_attention, test_models, test_search,
 # test_batching, test_training). Names start with ``tiny_`` to stay clear of others.
 # =============================================================================
 

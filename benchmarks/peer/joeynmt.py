@@ -5,7 +5,7 @@ Run from the repository root under the project's venv::
     python -m benchmarks.peer.joeynmt --minutes 3 --out /tmp/joey-run
 
 JoeyNMT lives in its own venv (``benchmarks/peer/joeynmt_setup.sh``, default
-``/work/joeynmt-venv``, or ``--venv`` / ``$JOEYNMT_VENV``); this module only writes files
+``.joeynmt-venv`` in the project, or ``--venv`` / ``$JOEYNMT_VENV``); this module only writes files
 and runs that venv's python as a subprocess, so the project never imports JoeyNMT.
 
 Steps:
@@ -52,7 +52,7 @@ from sacrebleu.metrics import BLEU
 logger = logging.getLogger("benchmarks.peer.joeynmt")
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_VENV = Path(os.environ.get("JOEYNMT_VENV", "/work/joeynmt-venv"))
+DEFAULT_VENV = Path(os.environ.get("JOEYNMT_VENV", ".joeynmt-venv"))
 SRC, TRG = "en", "es"
 DEV_SENTENCES = 300  # params.yaml train.dev_bleu_sentences
 # Measured on this 2-core machine at one thread (README, 2026-11-23): ~110 optimizer steps a

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create the JoeyNMT 2.3 virtualenv used by benchmarks/peer/joeynmt.py.
 #
-#   bash benchmarks/peer/joeynmt_setup.sh [VENV]      (default VENV: /work/joeynmt-venv)
+#   bash benchmarks/peer/joeynmt_setup.sh [VENV]      (default VENV: .joeynmt-venv, beside the project)
 #
 # Kept outside the repository on purpose: JoeyNMT drags in ~80 packages (datasets,
 # tensorboard, pylint, ...) that the project must not see. Idempotent: re-running it on an
@@ -21,7 +21,7 @@
 #      (identical result for a bidirectional encoder); verified below for both.
 set -euo pipefail
 
-VENV="${1:-/work/joeynmt-venv}"
+VENV="${1:-.joeynmt-venv}"
 PY_BASE="${PYTHON:-python3}"
 TORCH_VERSION="2.13.0"            # the local CPU wheel; anything else pulls GBs of CUDA
 JOEYNMT_SPEC="joeynmt==2.3.*"

@@ -1,7 +1,7 @@
 """The Bahdanau wiring's teacher-forced loop for one GRU layer, with less work per step.
 
 :func:`gru_attention_loop` computes Bahdanau 2014 eqs. 4-6 for every target step, equal
-to looping ``BahdanauDecoder._recur`` over a ``StackedCell`` (tests/test_models.py):
+to looping ``BahdanauDecoder._recur`` over a ``StackedCell`` (tests/unit/test_models.py):
 
 - the embeddings' share of the GRU input product, ``W_ih[:, :E] y_{i-1} + b_ih``, is one
   product for all steps before the loop;

@@ -1,0 +1,428 @@
+"""The whole pipeline as a user runs it: `dvc repro` over all five stages on a tiny grid
+(real DVC, Ray, MLflow, sacreBLEU, Chromium), then DVC experiments on top of it (in the
+workspace, `--temp`, `--queue` + `dvc queue start`) and the MLflow server's view of the
+runs. One variant family diverges on purpose (learning rate 1e36) and `allow_partial`
+lets the study finish around it."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipeline.data.dataset import SubwordTokenizer
+from pipeline.report.browser import check_page
+from pipeline.report.mlflow_ui import (
+    compare_url,
+    mlflow_server,
+    newest_evaluation,
+    rest,
+    runs_url,
+    screenshot,
+    search_runs,
+)
+from tests.support import (
+    CLEARED_ENV,
+    REPO_ROOT,
+    needs_browser,
+    synthetic_pairs,
+    tiny_infra,
+    tiny_params,
+    write_params,
+    write_tsv,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    for name in ("pipeline", "stages", "scorers"):  # scorers/: the plugin, a train dep
+        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / "dvc.yaml", root / "dvc.yaml")
+    write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
+    params = tiny_params(
+        root,
+        allow_partial=True,
+        grid={
+            "scorer": ["none", "additive"],
+            "reverse_source": [False, True],
+            "learning_rate": [0.01, 1e36],
+        },
+    )
+    params["fetch"]["path"] = "corpus.tsv"
+    # a scorer of the project's own (scorers/cosine.py), and a comparison declared in params
+    params = {"plugins": ["scorers/cosine.py"], **params}
+    params["train"]["grid_include"] = [{"scorer": ["cosine"], "learning_rate": [0.01]}]
+    params["evaluate"]["comparisons"] = [
+        {"name": "Cosine vs additive", "plus": {"scorer": "cosine"},
+         "minus": {"scorer": "additive"}, "effect": 0.5}
+    ]  # fmt: skip
+    write_params(root / "params.yaml", params)
+    infra = tiny_infra(root)
+    infra["ray"]["storage_path"] = None  # the default, .ray_results in the project root
+    write_params(root / "infra.yaml", infra)
+    env = dict(os.environ, PYTHONPATH=str(root))
+    for key in CLEARED_ENV:
+        env.pop(key, None)
+
+    def sh(*command, timeout=900):
+        return subprocess.run(
+            command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    assert sh("git", "init", "-q").returncode == 0
+    assert sh(sys.executable, "-m", "dvc", "init", "-q").returncode == 0
+    shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots", dirs_exist_ok=True)
+    for name in (".gitignore", ".dvcignore"):
+        shutil.copy(REPO_ROOT / name, root / name)
+    result = sh(sys.executable, "-m", "dvc", "repro")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    # DVC experiments need a baseline commit
+    assert sh("git", "add", "-A").returncode == 0
+    commit = sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "study")
+    assert commit.returncode == 0, commit.stderr
+    return root, sh
+
+
+def test_repro_writes_every_stage_output_and_second_repro_does_nothing(project):
+    root, sh = project
+    for path in (
+        "data/raw/test.tsv",
+        "data/tok/train.npz",
+        "models/sweep.json",
+        "eval/summary.json",
+        "metrics/test.json",
+        "metrics/bleu_by_length.csv",
+        "reports/index.html",
+        "reports/README.md",
+        "reports/summary.csv",
+        "reports/figures/bleu_by_length.svg",
+        "reports/figures/bleu_by_length.png",
+        "reports/figures/attention_heatmaps.svg",
+        "reports/figures/differences.png",
+        "eval/findings.json",
+        "eval/comparisons.csv",
+        "eval/ranking.csv",
+        "eval/additive-rev-h16-s1-lr0.01/sentence_stats.npz",
+        "eval/additive-rev-h16-s1-lr0.01/hypotheses_greedy.txt",
+        "reports/figures/learning_curves.svg",
+        "eval/learning_curves.csv",
+    ):
+        assert (root / path).is_file(), path
+    again = sh(sys.executable, "-m", "dvc", "repro")
+    assert again.returncode == 0 and "Running stage" not in again.stdout
+
+
+def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(project):
+    """scorers/cosine.py, named in params: trained, checkpointed and reloaded, decoded with
+    attention, compared with none and the reference, in the metrics, the report and
+    MLflow; editing the file makes the train stage stale."""
+    root, sh = project
+    variant = "cosine-fwd-h16-s1-lr0.01"
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    assert sweep["variants"][variant]["status"] == "finished"
+    assert (root / "eval" / variant / "attention.npz").is_file()
+    metrics = json.loads((root / "metrics" / "test.json").read_text())
+    assert "cosine" in metrics["bleu_inside"]
+    comparisons = pd.read_csv(root / "eval" / "comparisons.csv")
+    assert "cosine - none" in set(comparisons.name)  # exploratory, against none
+    findings = json.loads((root / "eval" / "findings.json").read_text())
+    declared = {f["title"]: f for f in findings["findings"]["beam"]}
+    assert declared["Cosine vs additive"]["verdict"] == "not testable"  # one seed, unplateaued
+    assert "cosine" in (root / "reports" / "index.html").read_text()
+    _, runs = mlflow_runs(root, kind="test")
+    assert variant in {r.info.run_name for r in runs}
+    plugin = root / "scorers" / "cosine.py"
+    original = plugin.read_text()
+    try:
+        plugin.write_text(original + "\n# edited\n")
+        status = sh(sys.executable, "-m", "dvc", "status", "train")
+        assert "scorers" in status.stdout and "modified" in status.stdout, status.stdout
+    finally:
+        plugin.write_text(original)
+    assert "changed" not in sh(sys.executable, "-m", "dvc", "status", "train").stdout
+
+
+def test_metrics_schema_and_dvc_metrics_and_plots(project):
+    root, sh = project
+    summary = json.loads((root / "eval" / "summary.json").read_text())
+    assert set(summary["variants"]) == {
+        "none-fwd-h16-s1-lr0.01",
+        "none-rev-h16-s1-lr0.01",
+        "additive-fwd-h16-s1-lr0.01",
+        "additive-rev-h16-s1-lr0.01",
+    }
+    for values in summary["variants"].values():
+        assert set(values) == {
+            "bleu",
+            "bleu_low",
+            "bleu_high",
+            "chrf",
+            "bleu_len_1_5",
+            "bleu_len_6_10",
+            "bleu_len_11plus",
+        }
+        assert values["bleu_low"] <= values["bleu"] <= values["bleu_high"]
+    # the DVC metrics file: a few headline numbers, not one column per variant
+    test = json.loads((root / "metrics" / "test.json").read_text())
+    assert set(test) == {"best", "bleu_inside", "bleu_all", "verdicts", "verdicts_greedy",
+                         "failed_variants", "capped_variants"}  # fmt: skip
+    # one "best": the attention scorer chosen on dev, quoted with its test BLEU
+    assert test["best"]["scorer"] == "additive" and "dev" in test["best"]["chosen_on"]
+    assert test["best"]["bleu_all"] == test["bleu_all"]["additive"]
+    additive = summary["variants"]["additive-fwd-h16-s1-lr0.01"]["bleu"]
+    assert test["bleu_all"]["additive"] == pytest.approx(additive, abs=0.01)
+    assert set(test["bleu_inside"]) == {"none", "additive", "cosine"}
+    assert test["failed_variants"] == 4
+    # one seed: nothing confirmatory can be tested, under either decoding
+    assert (
+        set(test["verdicts"].values()) == set(test["verdicts_greedy"].values()) == {"not testable"}
+    )
+    variant = json.loads(
+        (root / "eval" / "additive-rev-h16-s1-lr0.01" / "metrics.json").read_text()
+    )
+    test_size = len((root / "data" / "raw" / "test.tsv").read_text().splitlines())
+    assert sum(b["sentences"] for b in variant["by_length"]) == variant["sentences"] == test_size
+    assert variant["signature"].startswith("nrefs:1|") and variant["beam_size"] == 2
+    assert 0 <= variant["attention_entropy"] and "sentences_per_s" in variant
+    shown = sh(sys.executable, "-m", "dvc", "metrics", "show", "--json")
+    assert shown.returncode == 0 and "verdicts" in shown.stdout
+    plots = sh(sys.executable, "-m", "dvc", "plots", "show", "-o", str(root / "dvc_plots"))
+    assert plots.returncode == 0, plots.stderr[-2000:]
+    assert (root / "dvc_plots" / "index.html").is_file()
+
+
+def test_attention_examples_are_in_original_source_order(project):
+    root, _ = project
+    folder = root / "eval" / "additive-rev-h16-s1-lr0.01"
+    pieces = json.loads((folder / "attention.json").read_text())
+    src_tok = SubwordTokenizer(root / "data" / "tok" / "src.model")
+    tests = [line.split("\t")[0] for line in (root / "data/raw/test.tsv").read_text().splitlines()]
+    with np.load(folder / "attention.npz") as arrays:
+        for key, entry in pieces.items():
+            index = int(key.split("_")[1])
+            original = src_tok.pieces(src_tok.encode([tests[index]])[0]) + ["</s>"]
+            assert entry["source"] == original  # not reversed
+            matrix = arrays[key]
+            assert matrix.shape[1] == len(original)
+            assert np.allclose(matrix.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_failed_variants_are_reported_not_fatal(project):
+    root, _ = project
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    failed = sorted(k for k, v in sweep["variants"].items() if v["status"] == "failed")
+    assert failed == sorted(k for k in sweep["variants"] if k.endswith("lr1e+36"))
+    summary = pd.read_csv(root / "reports" / "summary.csv")
+    assert sorted(summary[summary.status == "failed"].variant) == failed
+    assert set(summary[summary.status == "evaluated"].variant) == set(
+        json.loads((root / "eval" / "summary.json").read_text())["variants"]
+    )
+    readme = (root / "reports" / "README.md").read_text()
+    assert "## Failed variants" in readme
+    # the overflow shows as inf (fp32 products) or nan (bf16 products: inf - inf)
+    assert re.search(r"loss is (inf|nan) at epoch 1 step 2", readme)
+    comparisons = pd.read_csv(root / "eval" / "comparisons.csv")
+    # one seed: only exploratory comparisons, under both decodings, intervals around them
+    assert set(comparisons.family) == {"exploratory"}
+    assert set(comparisons.decoding) == {"beam", "greedy"}
+    assert set(comparisons.name) == {"additive - none"}
+    assert (
+        (comparisons.low <= comparisons.estimate) & (comparisons.estimate <= comparisons.high)
+    ).all()
+    findings = json.loads((root / "eval" / "findings.json").read_text())
+    assert findings["reference"] == "additive" and findings["main_decoding"] == "beam"
+    assert all("plateaued twins" in f["why"] for f in findings["findings"]["beam"])
+    curves = pd.read_csv(root / "eval" / "learning_curves.csv")
+    assert set(curves.variant) == set(summary[summary.status == "evaluated"].variant)
+    sections = (
+        "## The answer",
+        "## Paired differences",
+        "## Findings in detail",
+        "## Learning curves",
+        "## Sample translations",
+        "## Exploratory comparisons",
+    )
+    for section in sections:
+        assert section in readme, section
+    answer = readme.split("## The answer")[1].split("## ")[0]
+    assert "Best scorer (chosen on dev" in answer
+    verdicts = re.findall(r"\| (agrees|disagrees|inconclusive|not testable) \|", answer)
+    assert len(verdicts) == 6  # length, attention, reversal, scorer, hidden size; cosine
+
+
+def mlflow_runs(root, **tags):
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("test")
+    clauses = " AND ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    return client, client.search_runs([experiment.experiment_id], filter_string=clauses)
+
+
+def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
+    root, _ = project
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    summary = json.loads((root / "eval" / "summary.json").read_text())
+    client, (parent,) = mlflow_runs(root, kind="evaluation", eval_key=summary["eval_key"])
+    _, children = mlflow_runs(root, kind="test", eval_key=summary["eval_key"])
+    assert sorted(r.info.run_name for r in children) == sorted(summary["variants"])
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {
+        "study.csv",
+        "comparisons.csv",
+        "findings.json",
+        "report",
+    } <= artifacts  # the report stage's too
+    assert "index.html" in {a.path.split("/")[-1] for a in client.list_artifacts(
+        parent.info.run_id, "report"
+    )}  # fmt: skip
+    for run in children:
+        variant_id = run.info.run_name
+        info, values = sweep["variants"][variant_id], summary["variants"][variant_id]
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.metrics["test_bleu"] == pytest.approx(values["bleu"])
+        assert "test_bleu_len_11plus" in run.data.metrics
+        # beside the test scores, the training summary: best dev BLEU, did it converge
+        assert run.data.metrics["best_dev_bleu"] == pytest.approx(info["best_dev_bleu"])
+        assert run.data.metrics["still_improving"] in (0.0, 1.0)
+        training = client.get_run(run.data.tags["training_run_id"])
+        assert training.data.tags["config_hash"] == info["config_hash"]
+        assert "dev_loss" in training.data.metrics  # the run the sweep logged epochs into
+
+
+def test_report_renders_in_a_real_browser(project):
+    root, _ = project
+    page = root / "reports" / "index.html"
+    needs_browser()
+    result = check_page(page, screenshot=root / "screenshot.png")
+    assert result.images >= 3
+    assert result.problems == []
+    assert (root / "screenshot.png").stat().st_size > 10_000
+    html = page.read_text()
+    assert "Findings" in html and "additive-rev-h16-s1-lr0.01" in html and "Provenance" in html
+
+
+def dvc(sh, *args, timeout=900):
+    return sh(sys.executable, "-m", "dvc", *args, timeout=timeout)
+
+
+def test_mlflow_server_shows_parents_children_and_summary_metrics(project, tmp_path):
+    """The store as the MLflow UI sees it: through `mlflow server`'s REST API on
+    127.0.0.1, and its pages in headless Chromium (runs, not the GenAI overview)."""
+    root, _ = project
+    with mlflow_server(f"sqlite:///{root / 'mlflow.db'}") as url:
+        experiment = rest(url, "experiments/get-by-name?experiment_name=test")["experiment"]
+        tags = {t["key"]: t["value"] for t in experiment["tags"]}
+        assert tags["mlflow.experimentKind"] == "custom_model_development"
+        experiment_id, parent, children = newest_evaluation(url, "test")
+        assert len(children) == 5  # the variants that trained (lr 1e36 diverged), cosine too
+        for child in children:
+            metrics = {m["key"]: m["value"] for m in child["data"]["metrics"]}
+            assert {"test_bleu", "best_dev_bleu", "best_epoch", "still_improving"} <= set(metrics)
+        train = search_runs(url, experiment_id, "tags.kind = 'train'")
+        sweeps = search_runs(url, experiment_id, "tags.kind = 'sweep'")
+        parents = {
+            t["value"] for r in train for t in r["data"]["tags"] if t["key"] == "mlflow.parentRunId"
+        }
+        assert parents == {sweeps[0]["info"]["run_id"]} and len(train) == 9
+        ids = [c["info"]["run_id"] for c in children]
+        page = compare_url(url, experiment_id, ids)
+        text = screenshot(page, tmp_path / "compare.png", "test_bleu")
+        assert all(c["info"]["run_name"] in text for c in children)
+        # MLflow 3.17's UI starts in its GenAI mode whatever the experiment's kind tag;
+        # the runs table is one URL parameter (or the "Model training" toggle) away
+        text = screenshot(runs_url(url, experiment_id), tmp_path / "runs.png", "sweep-")
+        assert "Run Name" in text and parent["info"]["run_name"] in text
+
+
+def test_no_op_train_rerun_reruns_nothing_downstream(project):
+    root, sh = project
+    forced = dvc(sh, "repro", "--force", "--single-item", "train")
+    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
+    assert "Running stage 'train'" in forced.stdout
+    again = dvc(sh, "repro")
+    assert again.returncode == 0 and "Running stage" not in again.stdout, again.stdout
+
+
+def _experiment(shown: list, name: str) -> dict:
+    for baseline in shown:
+        for experiment in baseline.get("experiments") or []:
+            if experiment.get("name") == name:
+                return experiment["revs"][0]
+    raise AssertionError(f"experiment {name} not in `dvc exp show`")
+
+
+def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
+    """The experiment's test scores are in MLflow, in runs tagged with its name and
+    baseline, found from `dvc exp show`'s row; no training was redone."""
+    baseline = sh("git", "rev-parse", "HEAD").stdout.strip()
+    client, runs = mlflow_runs(root, kind="test", **{"dvc.exp_name": name})
+    assert len(runs) == 5, [r.info.run_name for r in runs]
+    for run in runs:
+        assert run.data.tags["dvc.baseline_rev"] == baseline
+        assert run.data.params["evaluate.beam_size"] == str(beam)
+        assert "test_bleu" in run.data.metrics and "best_dev_bleu" in run.data.metrics
+    _, evaluations = mlflow_runs(root, kind="evaluation", **{"dvc.exp_name": name})
+    assert len(evaluations) == 1
+    _, trained = mlflow_runs(root, kind="train")
+    finished = [r for r in trained if r.info.status == "FINISHED"]
+    assert len(finished) == 5  # the experiment reused the trained models
+    shown = dvc(sh, "exp", "show", "--json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    row = _experiment(json.loads(shown.stdout), name)
+    metrics = row["data"]["metrics"]["metrics/test.json"]["data"]
+    chosen = [r for r in runs if r.info.run_name.startswith(f"{metrics['best']['scorer']}-fwd")]
+    assert metrics["best"]["bleu_all"] == pytest.approx(chosen[0].data.metrics["test_bleu"],
+                                                        abs=0.01)  # fmt: skip
+    assert row["data"]["params"]["params.yaml"]["data"]["evaluate"]["beam_size"] == beam
+
+
+def test_dvc_exp_run_temp_logs_tagged_runs_in_the_repos_store(project):
+    root, sh = project
+    result = dvc(sh, "exp", "run", "--temp", "-n", "beam1", "-S", "evaluate.beam_size=1")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    _check_experiment_runs(root, sh, "beam1", 1)
+    columns = dvc(sh, "exp", "show", "--csv", "--only-changed").stdout.splitlines()[0]
+    assert len(columns.split(",")) < 30, columns  # readable: headline metrics only
+    # each revision drawn separately: the template splits lines by revision
+    plots = dvc(sh, "plots", "diff", "HEAD", "beam1", "--json")
+    assert plots.returncode == 0, plots.stderr[-2000:]
+    rendered = json.loads(plots.stdout)["data"]["metrics/bleu_by_length.csv"][0]["content"]
+    revisions = {d["rev"] for d in rendered["data"]["values"]}
+    assert len(revisions) == 2 and rendered["encoding"]["detail"]["field"] == "series"
+
+
+def test_dvc_queued_experiment_runs_with_queue_start(project):
+    root, sh = project
+    queued = dvc(sh, "exp", "run", "--queue", "-n", "beam3", "-S", "evaluate.beam_size=3")
+    assert queued.returncode == 0, queued.stderr[-2000:]
+    started = dvc(sh, "queue", "start")
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            status = dvc(sh, "queue", "status").stdout
+            if "beam3" in status and not re.search(r"\b(Queued|Running)\b", status):
+                break
+            time.sleep(3)
+        logs = dvc(sh, "queue", "logs", "beam3").stdout
+        assert re.search(r"beam3\s.*Success", status), status + logs[-3000:]
+    finally:
+        dvc(sh, "queue", "stop")  # only this repo's worker
+    _check_experiment_runs(root, sh, "beam3", 3)
+
+
+def test_dvc_exp_run_in_the_workspace(project):
+    root, sh = project
+    result = dvc(sh, "exp", "run", "-n", "beam4", "-S", "evaluate.beam_size=4")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "Running stage 'train'" not in result.stdout
+    _check_experiment_runs(root, sh, "beam4", 4)

@@ -1,0 +1,228 @@
+"""What the tests share: synthetic corpora, params files, a local HTTP server, and a tiny
+but real study project (corpus -> fetch -> tokenize) whose stages run as DVC runs them.
+
+No fakes: real files, a real HTTP server on 127.0.0.1, the real stages, Ray, MLflow
+(SQLite) and DVC; only sizes shrink."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import load_config
+from pipeline.data.fetch import fetch
+from pipeline.data.tokenize import tokenize
+from pipeline.sweep.cache import VariantCache
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_WORDS = (
+    "the a of and to in he she it was his her they them said lord god king people land "
+    "house son day city went came made gave saw took heard spoke water bread hand"
+).split()
+
+
+def synthetic_pairs(count: int, seed: int = 0, max_words: int = 70) -> list[tuple[str, str]]:
+    """Parallel-looking pairs with a wide spread of lengths (target = reversed words)."""
+    rng = random.Random(seed)
+    pairs = []
+    for index in range(count):
+        length = 1 + int(rng.random() ** 2 * max_words)
+        words = [rng.choice(_WORDS) for _ in range(length)] + [f"w{index}"]
+        pairs.append((" ".join(words), " ".join(reversed(words)).upper()))
+    return pairs
+
+
+def write_tsv(path: Path, pairs: list[tuple[str, str]]) -> Path:
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return path
+
+
+def write_params(path: Path, sections: dict) -> Path:
+    path.write_text(yaml.safe_dump(sections, sort_keys=False), encoding="utf-8")
+    return path
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
+
+
+@contextlib.contextmanager
+def serve_directory(directory: Path) -> Iterator[str]:
+    """Serve ``directory`` over HTTP on 127.0.0.1 (random port); stops on exit."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+# ---------------------------------------------------------------- a tiny study project
+CLEARED_ENV = (
+    "RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "STUDY_INFRA", "DVC_ROOT",
+    "DVC_EXP_NAME", "DVC_EXP_BASELINE_REV",
+)  # fmt: skip
+"""Settings of the environment a test project must not inherit."""
+
+
+def tiny_params(root: Path, **train) -> dict:
+    grid = train.pop(
+        "grid",
+        {"scorer": ["none", "additive"], "reverse_source": [False, True], "hidden_size": [16]},
+    )
+    return {
+        "fetch": {
+            "source": "tsv",
+            "path": str(root / "corpus.tsv"),
+            "split": {
+                "dev_size": 30,
+                "test_size": 60,
+                "test_min_per_bucket": 5,
+                "num_buckets": 3,
+                "bucket_width": 5,
+            },
+        },
+        "tokenize": {"vocab_size": 80},
+        "model": {"embedding_size": 16, "hidden_size": 16, "dropout": 0.0},
+        "train": {
+            "max_epochs": 2,
+            "batch_tokens": 400,
+            "dev_bleu_sentences": 10,
+            "grid": grid,
+            **train,
+        },
+        "evaluate": {"beam_size": 2, "bootstrap_samples": 50, "attention_examples": 3},
+        "report": {"title": "Tiny study"},
+    }
+
+
+def tiny_infra(root: Path, ray: dict | None = None, tracking: dict | None = None) -> dict:
+    """``infra.yaml`` of a test project: everything under ``root`` (the default SQLite
+    store ``root/mlflow.db``, the variant cache ``root/.study_cache``)."""
+    return {
+        "ray": {"storage_path": str(root / "ray_results"), "max_failures": 1, **(ray or {})},
+        "tracking": {"experiment": "test", **(tracking or {})},
+    }
+
+
+def make_project(root: Path, ray: dict | None = None, plugin: bool = False, **train) -> Path:
+    """Write corpus, params and infra.yaml under ``root`` and run fetch and tokenize;
+    returns the params file. ``plugin``: the project has the repo's plugin scorer
+    (``scorers/cosine.py``, named in params)."""
+    root.mkdir(parents=True, exist_ok=True)
+    write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
+    write_params(root / "infra.yaml", tiny_infra(root, ray))
+    sections = tiny_params(root, **train)
+    if plugin:
+        (root / "scorers").mkdir(exist_ok=True)
+        shutil.copy(REPO_ROOT / "scorers" / "cosine.py", root / "scorers" / "cosine.py")
+        sections = {"plugins": ["scorers/cosine.py"], **sections}
+    params = write_params(root / "params.yaml", sections)
+    config = load_config(params)
+    fetch(config.fetch, root / "data" / "raw")
+    tokenize(config.tokenize, root / "data" / "raw", root / "data" / "tok")
+    return params
+
+
+def stage(
+    module: str, params: Path, root: Path, *args: str, timeout: int = 600, extra_env=None, **kw
+):
+    """Run a stage CLI the way DVC does (a subprocess), with paths under ``root``."""
+    env = dict(os.environ, **(extra_env or {}))
+    env.update(PYTHONPATH=str(REPO_ROOT), RAY_DEDUP_LOGS="0")
+    for key in CLEARED_ENV:
+        env.pop(key, None)
+    command = [sys.executable, "-m", module, "--params", str(params), *args]
+    return subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+def train_args(root: Path) -> list[str]:
+    return ["--tok", str(root / "data" / "tok"), "--out", str(root / "models")]
+
+
+def resumable(root: Path) -> dict[str, str]:
+    """``{variant: checkpoint URI}`` recorded for unfinished variants of ``root``'s project."""
+    return VariantCache(root / ".study_cache").resumable()
+
+
+def last_sweep(root: Path) -> dict:
+    """What the last train run did (trained/cached/failed, attempts, MLflow run ids)."""
+    return json.loads(VariantCache(root / ".study_cache").last_sweep.read_text())
+
+
+def kill_train_when_resumable(
+    params: Path, root: Path, extra_env=None, timeout: float = 300, interrupt: dict | None = None
+) -> tuple[list[Path], set[str]]:
+    """Run the train stage and SIGKILL its whole process group as soon as one variant
+    has finished and another has reported a Tune checkpoint. Returns the finished
+    variants' folders and the ids of the checkpointed, unfinished ones. With
+    ``interrupt`` (a dict), send the driver one SIGINT (Ctrl-C) instead, let it end by
+    itself, and store its ``returncode`` and ``stderr`` in that dict."""
+    env = dict(os.environ, **(extra_env or {}))
+    env.update(PYTHONPATH=str(REPO_ROOT))
+    for key in CLEARED_ENV:
+        env.pop(key, None)
+    command = [sys.executable, "-m", "stages.train", "--params", str(params), *train_args(root)]
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE if interrupt is not None else subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.time() + timeout
+    finished, checkpointed = [], set()
+    try:
+        while time.time() < deadline and not (finished and checkpointed):
+            finished = [p.parent for p in (root / "models").glob("*/result.json")]
+            done = {folder.name for folder in finished}
+            checkpointed = {k for k, uri in resumable(root).items() if uri and k not in done}
+            time.sleep(0.05)
+        if interrupt is not None:
+            process.send_signal(signal.SIGINT)
+            _, interrupt["stderr"] = process.communicate(timeout=120)
+            interrupt["returncode"] = process.returncode
+    finally:
+        try:  # the whole session: the driver and the local Ray it started
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # all of it ended by itself
+            pass
+        process.wait()
+    return finished, checkpointed
+
+
+def needs_browser() -> None:
+    """Skip (one line saying why) without a Chromium; with ``REQUIRE_BROWSER=1`` (CI) a
+    missing browser fails instead."""
+    from pipeline.report.browser import find_chromium
+
+    if find_chromium() is not None:
+        return
+    if os.environ.get("REQUIRE_BROWSER") == "1":
+        pytest.fail("REQUIRE_BROWSER=1 but no Chromium found (make browser)")
+    pytest.skip("no Chromium for the report's browser check (make browser installs it)")

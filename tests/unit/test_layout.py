@@ -1,0 +1,124 @@
+"""The package's import graph: no cycle between modules, and each package imports only
+the packages its docstring's "May import:" line names (the layering of pipeline/__init__)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "pipeline"
+SHARED = {"errors", "io", "artifacts", "plotting"}
+"""Top-level modules every package may import."""
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports anywhere (lazy imports too)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for target in targets:
+                found = _resolve(target) if target.startswith("pipeline") else None
+                if found and found != name:
+                    graph[name].add(found)
+    return graph
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "pipeline"
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start, [start])
+            if found:
+                return found
+    return None
+
+
+def allowed_imports(package: str) -> set[str]:
+    doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text())) or ""
+    match = re.search(r"May import:\s*(.+?)\.?\s*$", doc, flags=re.M | re.S)
+    assert match, f"pipeline/{package}/__init__.py: its docstring has no 'May import:' line"
+    text = match.group(1)
+    if text.startswith("nothing"):
+        return set(SHARED)
+    text = re.sub(r"\([^)]*\)", "", text)  # remarks in parentheses
+    return {w.strip() for w in re.split(r"[,\s]+", text) if w.strip()} | SHARED
+
+
+def test_no_module_imports_itself_back():
+    assert find_cycle(import_graph()) is None, find_cycle(import_graph())
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+
+
+@pytest.mark.parametrize("package", SUBPACKAGES)
+def test_each_package_imports_only_what_its_docstring_allows(package):
+    allowed = allowed_imports(package)
+    used = {
+        _package(target)
+        for module, targets in import_graph().items()
+        if _package(module) == package
+        for target in targets
+        if _package(target) != package
+    }
+    assert used <= allowed, f"pipeline/{package} imports {sorted(used - allowed)}"
+
+
+def test_benchmarks_use_no_private_name_of_the_package():
+    """Benchmarks drive the public API (callbacks, functions), never internals."""
+    offenders = []
+    for path in (REPO_ROOT / "benchmarks").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeline"):
+                offenders += [f"{path.name}: {a.name}" for a in node.names if a.name[0] == "_"]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_Trainer"):
+                offenders.append(f"{path.name}: {node.attr}")
+    assert not offenders, offenders
