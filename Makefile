@@ -9,10 +9,11 @@ setup: $(VENV)/.installed
 
 # torch first, the way PyTorch documents it: TORCH=cpu (default) takes the CPU-only wheel
 # from PyTorch's CPU index, so pip does not pull the CUDA libraries; TORCH=cuda takes the
-# default (CUDA) wheel. TORCH_SPEC pins a version (e.g. TORCH_SPEC="torch==2.13.0").
+# default (CUDA) wheel; TORCH=local, whatever pip is configured with (a local wheel
+# folder). TORCH_SPEC pins a version (e.g. TORCH_SPEC="torch==2.13.0").
 TORCH ?= cpu
 TORCH_SPEC ?= torch
-TORCH_INDEX_cpu := --extra-index-url https://download.pytorch.org/whl/cpu
+TORCH_INDEX_cpu := --index-url https://download.pytorch.org/whl/cpu
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
