@@ -160,6 +160,7 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
         "none-rev-h16-s1-lr0.01",
         "additive-fwd-h16-s1-lr0.01",
         "additive-rev-h16-s1-lr0.01",
+        "cosine-fwd-h16-s1-lr0.01",
     }
     for values in summary["variants"].values():
         assert set(values) == {
@@ -232,10 +233,12 @@ def test_failed_variants_are_reported_not_fatal(project):
     # the overflow shows as inf (fp32 products) or nan (bf16 products: inf - inf)
     assert re.search(r"loss is (inf|nan) at epoch 1 step 2", readme)
     comparisons = pd.read_csv(root / "eval" / "comparisons.csv")
-    # one seed: only exploratory comparisons, under both decodings, intervals around them
-    assert set(comparisons.family) == {"exploratory"}
+    # one seed: the exploratory comparisons, and the params comparison (not testable),
+    # under both decodings, intervals around them
+    exploratory = comparisons[comparisons.family == "exploratory"]
     assert set(comparisons.decoding) == {"beam", "greedy"}
-    assert set(comparisons.name) == {"additive - none"}
+    assert {"additive - none", "cosine - none", "cosine - additive"} <= set(exploratory.name)
+    comparisons = exploratory
     assert (
         (comparisons.low <= comparisons.estimate) & (comparisons.estimate <= comparisons.high)
     ).all()
