@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,22 @@ import sentencepiece as spm
 from pipeline.config.grid import Variant
 from pipeline.config.params import ModelConfig, TrainConfig
 from pipeline.data.dataset import TokenizedSplit
+from pipeline.scorers import catalogue, plugins
+
+
+@pytest.fixture(autouse=True)
+def _plugin_scorers_stay_in_their_test(monkeypatch):
+    """The scorer catalogue is process-wide: a plugin a test loads (directly, or through
+    ``load_config`` of a project with ``plugins:``) is forgotten after it, so that no
+    other test sees its name."""
+    monkeypatch.setattr(catalogue, "_ENTRIES", dict(catalogue._ENTRIES))
+    monkeypatch.setattr(plugins, "_LOADED", dict(plugins._LOADED))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith(plugins.MODULE_PREFIX + "."):
+            del sys.modules[name]
+
 
 # =============================================================================
 # Model / search / training fixtures (tests/unit/test_attention, test_models, test_search,

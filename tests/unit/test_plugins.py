@@ -70,7 +70,6 @@ def test_params_load_the_plugin_and_its_edits_change_the_cache_key(tmp_path):
     load_config(tmp_path / "params.yaml")
     assert variant_key(variants["cosine"], "data") != before["cosine"]  # retrained
     assert variant_key(variants["none"], "data") == before["none"]  # untouched
-    load_plugins([PluginSource("scorers/cosine.py", GOOD)])  # back, for the other tests
 
 
 def test_params_errors_name_the_key_and_the_file(tmp_path):
