@@ -28,6 +28,7 @@ from pipeline.config import load_config
 from pipeline.data.fetch import fetch
 from pipeline.data.tokenize import tokenize
 from pipeline.sweep.cache import VariantCache
+from pipeline.train.trainer import TrainCallback
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -226,3 +227,20 @@ def needs_browser() -> None:
     if os.environ.get("REQUIRE_BROWSER") == "1":
         pytest.fail("REQUIRE_BROWSER=1 but no Chromium found (make browser)")
     pytest.skip("no Chromium for the report's browser check (make browser installs it)")
+
+
+class Interrupted(Exception):
+    """Raised by :class:`InterruptAtEpoch`: a training run killed part way."""
+
+
+class InterruptAtEpoch(TrainCallback):
+    """A training callback that records each evaluation row and raises
+    :class:`Interrupted` at the first evaluation of ``epoch`` (a run killed there)."""
+
+    def __init__(self, epoch: int = 2):
+        self.epoch, self.seen = epoch, []
+
+    def on_evaluation(self, trainer, row: dict) -> None:
+        self.seen.append(row)
+        if row["epoch"] == self.epoch:
+            raise Interrupted

@@ -27,9 +27,8 @@ from pipeline.models.rnn import GRU, LSTM
 from pipeline.models.seq2seq import Seq2Seq
 from pipeline.runtime.devices import TaskResources, claim_device
 from pipeline.runtime.precision import autocast, resolve
-from pipeline.train import trainer as training
 from pipeline.train.trainer import train_variant
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, InterruptAtEpoch, Interrupted
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -167,10 +166,6 @@ def test_claim_device_gives_cuda_for_a_whole_gpu():
     assert claim_device(1, torch.get_num_threads()) == "cuda"
 
 
-class Interrupted(Exception):
-    pass
-
-
 def test_training_on_cuda_resumes_and_its_checkpoint_loads_on_the_cpu(
     make_variant, tiny_tok_dir, tmp_path
 ):
@@ -180,21 +175,10 @@ def test_training_on_cuda_resumes_and_its_checkpoint_loads_on_the_cpu(
     gives the GPU's loss."""
     variant = make_variant("additive", precision="fp32")
     reference = train_variant(variant, tiny_tok_dir, tmp_path / "reference", device="cuda")
-    seen = []
-
-    def crash_in_epoch_two(row):
-        seen.append(row)
-        if row["epoch"] == 2:
-            raise Interrupted
-
+    crash = InterruptAtEpoch(2)
     with pytest.raises(Interrupted):
-        train_variant(
-            variant,
-            tiny_tok_dir,
-            tmp_path / "run",
-            callbacks=[training.OnEvaluation(crash_in_epoch_two)],
-            device="cuda",
-        )
+        train_variant(variant, tiny_tok_dir, tmp_path / "run", callbacks=[crash], device="cuda")
+    seen = crash.seen
     resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run", device="cuda")
     assert resumed.resumed_at_step == seen[-1]["step"] > 0
     assert resumed.steps == reference.steps

@@ -16,10 +16,7 @@ from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.seq2seq import Seq2Seq
 from pipeline.train import trainer as training
 from pipeline.train.trainer import HISTORY_FIELDS, Plateau, TrainingDivergedError, train_variant
-
-
-class Interrupted(Exception):
-    """Stands in for a killed process."""
+from tests.support import InterruptAtEpoch, Interrupted
 
 
 def _weights(path) -> dict[str, torch.Tensor]:
@@ -87,20 +84,10 @@ def test_resume_after_interruption_matches_uninterrupted_run(
 ):
     variant = make_variant("general", eval_every_steps=eval_every_steps, lr_patience=0)
     reference = train_variant(variant, tiny_tok_dir, tmp_path / "reference")
-    seen = []
-
-    def crash_at_first_row_of_epoch_two(row):  # mid-epoch with eval_every_steps
-        seen.append(row)
-        if row["epoch"] == 2:
-            raise Interrupted
-
+    crash = InterruptAtEpoch(2)  # at the first row of epoch 2: mid-epoch with eval_every_steps
     with pytest.raises(Interrupted):
-        train_variant(
-            variant,
-            tiny_tok_dir,
-            tmp_path / "run",
-            callbacks=[training.OnEvaluation(crash_at_first_row_of_epoch_two)],
-        )
+        train_variant(variant, tiny_tok_dir, tmp_path / "run", callbacks=[crash])
+    seen = crash.seen
     assert seen[-1]["end_of_epoch"] == (eval_every_steps == 0)
     rows = []
     resumed = train_variant(
@@ -409,17 +396,8 @@ def test_weight_average_is_evaluated_checkpointed_and_resumed(make_variant, tiny
     assert all(torch.equal(checkpoint[k], average[k]) for k in checkpoint)  # the average...
     assert any(not torch.equal(checkpoint[k], best["model"][k]) for k in checkpoint)  # not SGD's
 
-    def crash_in_epoch_two(row):
-        if row["epoch"] == 2:
-            raise Interrupted
-
     with pytest.raises(Interrupted):
-        train_variant(
-            variant,
-            tiny_tok_dir,
-            tmp_path / "run",
-            callbacks=[training.OnEvaluation(crash_in_epoch_two)],
-        )
+        train_variant(variant, tiny_tok_dir, tmp_path / "run", callbacks=[InterruptAtEpoch(2)])
     resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run")
     _same_history(resumed.history, reference.history)
     again = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
