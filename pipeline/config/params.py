@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.scorers import catalogue
 from pipeline.scorers.plugins import load_plugins, read_plugins
@@ -34,6 +34,20 @@ class Section(BaseModel):
 
 
 # --------------------------------------------------------------------------- fetch
+def _known_scorer(value: str) -> str:
+    if catalogue.get(value) is None:
+        known = ", ".join(sorted(catalogue.names()))
+        raise ValueError(
+            f"unknown scorer {value!r}; known: {known} (a scorer of your own: "
+            "name its file in plugins, docs/scorers.md)"
+        )
+    return value
+
+
+ScorerName = Annotated[str, AfterValidator(_known_scorer)]
+"""A name in the scorer catalogue (:mod:`pipeline.scorers`), plugins loaded so far included."""
+
+
 class CleanConfig(Section):
     min_words: int = Field(1, ge=1)
     """Drop pairs whose source or target has fewer words."""
@@ -119,7 +133,7 @@ class TokenizeConfig(Section):
 
 # --------------------------------------------------------------------------- model
 class ModelConfig(Section):
-    scorer: str = "additive"
+    scorer: ScorerName = "additive"
     """Attention scorer: a name in the scorer catalogue (:mod:`pipeline.scorers`): none,
     dot, scaled_dot, general, additive, location, or one a ``plugins`` file registers."""
     wiring: Literal["bahdanau", "luong"] = "luong"
@@ -165,17 +179,6 @@ class ModelConfig(Section):
     Sutskever et al. (2014): c only initialises the decoder state. Britz et al. (2017)
     report both (None-Input 11.57 vs None-State 9.98 BLEU); the study's report says
     which one ran."""
-
-    @field_validator("scorer")
-    @classmethod
-    def _known_scorer(cls, value: str) -> str:
-        if catalogue.get(value) is None:
-            known = ", ".join(sorted(catalogue.names()))
-            raise ValueError(
-                f"unknown scorer {value!r}; known: {known} (a scorer of your own: "
-                "name its file in plugins, docs/scorers.md)"
-            )
-        return value
 
 
 # --------------------------------------------------------------------------- train
@@ -261,14 +264,9 @@ class TrainConfig(Section):
 class Selector(Section):
     """One configuration of the grid, at the findings' hidden size unless given."""
 
-    scorer: str
+    scorer: ScorerName
     reverse_source: bool = False
     hidden_size: int | None = None
-
-    @field_validator("scorer")
-    @classmethod
-    def _known_scorer(cls, value: str) -> str:
-        return ModelConfig._known_scorer(value)
 
 
 class ComparisonConfig(Section):

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, replace
 
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
@@ -44,11 +43,6 @@ class ScorerEntry:
     """The plugin file that registered it (None: built in)."""
     source_digest: str = ""
     """sha256 of the plugin file: part of its variants' cache keys, so an edit retrains."""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def colour(self) -> str:
-        return PALETTE[self.order % len(PALETTE)]
 
     def load(self) -> type | None:
         """The scorer class (imported on first use), None for ``none``."""
@@ -97,9 +91,7 @@ _BUILTIN = (
 BUILTIN = tuple(e.name for e in _BUILTIN)
 """The built-in scorers, in display order."""
 
-_ENTRIES: dict[str, ScorerEntry] = {
-    e.name: ScorerEntry(**{**e.__dict__, "order": i}) for i, e in enumerate(_BUILTIN)
-}
+_ENTRIES: dict[str, ScorerEntry] = {e.name: replace(e, order=i) for i, e in enumerate(_BUILTIN)}
 
 
 def add(entry: ScorerEntry) -> ScorerEntry:
@@ -111,7 +103,7 @@ def add(entry: ScorerEntry) -> ScorerEntry:
         where = "a built-in scorer" if old.plugin is None else f"registered by {old.plugin}"
         raise ValueError(f"scorer name {entry.name!r} is taken ({where})")
     order = old.order if old is not None else len(_ENTRIES)
-    entry = ScorerEntry(**{**entry.__dict__, "order": order})
+    entry = replace(entry, order=order)
     _ENTRIES[entry.name] = entry
     return entry
 
@@ -137,6 +129,7 @@ def order_of(name: str) -> int:
 
 def colours(scorers) -> dict[str, str]:
     """A fixed colour per scorer (by catalogue position), unknown names after."""
-    known = sorted(set(scorers), key=lambda s: (order_of(s), s))
-    return {s: get(s).colour if get(s) else PALETTE[(len(_ENTRIES) + i) % len(PALETTE)]
-            for i, s in enumerate(known)}  # fmt: skip
+    unknown = sorted(set(scorers) - set(_ENTRIES))
+    positions = {s: _ENTRIES[s].order for s in set(scorers) & set(_ENTRIES)}
+    positions.update({s: len(_ENTRIES) + i for i, s in enumerate(unknown)})
+    return {s: PALETTE[p % len(PALETTE)] for s, p in sorted(positions.items(), key=lambda x: x[1])}

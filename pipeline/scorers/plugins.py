@@ -135,12 +135,11 @@ def load_plugins(sources: list[PluginSource]) -> list[str]:
     registered. Errors name the file; an exception inside it keeps its traceback."""
     names = []
     for source in sources:
-        before = set(catalogue.names())
         if source.module_name not in sys.modules:
             _import(source)
         _LOADED[source.path] = source
         added = [e.name for e in catalogue.entries() if e.plugin == source.path]
-        if not added and not (set(catalogue.names()) - before):
+        if not added:
             raise PluginError(
                 f"{source.path}: registers no scorer; decorate a Scorer subclass with "
                 "@register_scorer('name') (see docs/scorers.md)"
@@ -167,10 +166,7 @@ def _import(source: PluginSource) -> None:
     except SyntaxError as err:
         del sys.modules[source.module_name]
         raise PluginError(f"{source.path}:{err.lineno}: syntax error: {err.msg}") from None
-    except PluginError:
-        del sys.modules[source.module_name]
-        raise
-    except Exception:
+    except BaseException:  # a half-run plugin is not left behind as loaded
         del sys.modules[source.module_name]
         raise
     finally:

@@ -296,15 +296,10 @@ def declare(grid: Grid, buckets: list[str], inside: str = "inside") -> list[tupl
     ]  # fmt: skip
 
 
-def declare_comparisons(grid: Grid, comparisons, inside: str = "inside") -> list[tuple]:
+def declare_comparisons(grid: Grid, comparisons) -> list[tuple]:
     """The user's comparisons (``evaluate.comparisons``) as declared findings."""
     declared = []
     for c in comparisons:
-
-        def systems(selector) -> dict[int, str]:
-            return grid.systems(selector.scorer, selector.reverse_source, selector.hidden_size)
-
-        subset = inside if c.subset == "inside" else c.subset
         finding = Finding(
             c.name,
             c.source or "declared in params (evaluate.comparisons)",
@@ -312,7 +307,9 @@ def declare_comparisons(grid: Grid, comparisons, inside: str = "inside") -> list
             f"{c.claim}.",
             effect=c.effect,
         )
-        contrast = _difference(c.name, systems(c.plus), systems(c.minus), subset)
+        plus, minus = (grid.systems(s.scorer, s.reverse_source, s.hidden_size)
+                       for s in (c.plus, c.minus))  # fmt: skip
+        contrast = _difference(c.name, plus, minus, c.subset)
         declared.append((finding, [Spec(f"{c.plus.scorer} - {c.minus.scorer}", c.claim, contrast)]))
     return declared
 

@@ -29,6 +29,7 @@ from pipeline.runtime.cluster import (
     ray_address,
     run_tasks,
 )
+from pipeline.runtime.precision import resolve
 from pipeline.runtime.process import prepare_process
 from pipeline.scorers.plugins import PluginSource, load_plugins
 from pipeline.train.probes import dev_attention_figure
@@ -114,8 +115,6 @@ def _scalar(value: Any) -> bool:
 
 def _resolve_precision(precision: str, resources: TaskResources) -> str:
     """Ray task: what ``precision`` becomes on a trial's hardware."""
-    from pipeline.runtime.precision import resolve
-
     return resolve(precision, claim_device(resources.gpus, resources.cpus))
 
 
@@ -123,8 +122,6 @@ def resolve_auto_precision(ray_config, resources: TaskResources) -> str:
     """``train.precision: auto`` resolved once for the whole sweep, where trials run: on
     this machine for a local Ray, else by a probe task with a trial's resources."""
     if ray_address(ray_config) is None:
-        from pipeline.runtime.precision import resolve
-
         return resolve("auto", device_for(resources.gpus))
     init_ray(ray_config)
     probe = {"probe": "auto"}

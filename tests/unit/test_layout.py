@@ -4,6 +4,7 @@ the packages its docstring's "May import:" line names (the layering of pipeline/
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -31,6 +32,7 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """Module -> the project modules it imports anywhere (lazy imports too)."""
     graph: dict[str, set[str]] = defaultdict(set)
