@@ -11,8 +11,12 @@ from pathlib import Path
 
 def read_tsv_pairs(path: str | Path) -> list[tuple[str, str]]:
     """The ``(source, target)`` pairs of a split file."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [tuple(line.split("\t", 1)) for line in lines]  # type: ignore[misc]
+    return parse_tsv_pairs(Path(path).read_text(encoding="utf-8"))
+
+
+def parse_tsv_pairs(text: str) -> list[tuple[str, str]]:
+    """The ``(source, target)`` pairs of a split file's text."""
+    return [tuple(line.split("\t", 1)) for line in text.splitlines()]  # type: ignore[misc]
 
 
 def tsv_text(pairs: list[tuple[str, str]]) -> str:

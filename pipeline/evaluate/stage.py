@@ -59,7 +59,7 @@ from pipeline.artifacts import (
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config, EvaluateConfig
 from pipeline.data.dataset import TokenizedData
-from pipeline.data.pairs import read_tsv_pairs
+from pipeline.data.pairs import parse_tsv_pairs
 from pipeline.evaluate.decode import (
     DecodeResult,
     DecodeSpec,
@@ -122,14 +122,15 @@ class TestSet:
 
 def load_test_set(config: Config, raw_dir: Path) -> TestSet:
     test_file = raw_dir / "test.tsv"
-    pairs = read_tsv_pairs(test_file)
+    raw = test_file.read_bytes()  # read once: parsed and hashed
+    pairs = parse_tsv_pairs(raw.decode("utf-8"))
     source_words = np.array([len(s.split()) for s, _ in pairs])
     split_cfg = config.fetch.split
     buckets = Buckets(split_cfg.bucket_width, split_cfg.num_buckets)
     examples = attention_example_indices(source_words, config.evaluate.attention_examples,
                                          buckets.width, buckets.count,
                                          config.evaluate.bootstrap_seed)  # fmt: skip
-    sha = hashlib.sha256(test_file.read_bytes()).hexdigest()
+    sha = hashlib.sha256(raw).hexdigest()
     references = [t for _, t in pairs]
     return TestSet(test_file, sha, references, source_words, buckets, examples,
                    _target_language(raw_dir))  # fmt: skip
@@ -177,12 +178,21 @@ def evaluate(
 
 @dataclass
 class Decoded:
-    """Every variant's decodings: ``main`` (beam, or greedy when the beam is 1) with its
-    attention examples, and ``greedy`` hypotheses when they differ."""
+    """Every variant's decodings: the main one (beam, or greedy when the beam is 1) with
+    its attention examples, and the greedy hypotheses beside a beam."""
 
-    main: str
     results: dict[str, DecodeResult]  # variant -> the main decoding
-    hypotheses: dict[str, dict[str, list[str]]]  # decoding -> variant -> hypotheses
+    greedy: dict[str, list[str]] | None = None  # variant -> greedy hypotheses (beside a beam)
+
+    @property
+    def main(self) -> str:
+        return "greedy" if self.greedy is None else "beam"
+
+    @property
+    def hypotheses(self) -> dict[str, dict[str, list[str]]]:
+        """Decoding -> variant -> hypotheses."""
+        main = {i: r.hypotheses for i, r in self.results.items()}
+        return {self.main: main} if self.greedy is None else {"beam": main, "greedy": self.greedy}
 
 
 def decode(config: Config, infra: Infra, data: TokenizedData, models_dir: Path,
@@ -205,11 +215,8 @@ def decode(config: Config, infra: Infra, data: TokenizedData, models_dir: Path,
     init_ray(infra.ray)
     done = run_tasks(decode_variant, {**specs, **greedy_specs}, resources, "decode test",
                      (data,))  # fmt: skip
-    main = "beam" if "beam" in decodings else "greedy"
-    hypotheses = {main: {i: done[i].hypotheses for i in trained}}
-    if greedy_specs:
-        hypotheses["greedy"] = {i: done[f"{i}@greedy"].hypotheses for i in trained}
-    return Decoded(main, {i: done[i] for i in trained}, hypotheses)
+    greedy = {i: done[f"{i}@greedy"].hypotheses for i in trained} if greedy_specs else None
+    return Decoded({i: done[i] for i in trained}, greedy)
 
 
 @dataclass
@@ -223,13 +230,14 @@ def score(config: Config, test: TestSet, decoded: Decoded) -> Scores:
     """sacreBLEU per variant (overall and per length bucket, with bootstrap intervals)
     and the per-sentence statistics of every decoding, for the findings."""
     scorer = Scorer(test.target_language, seed=config.evaluate.bootstrap_seed)
-    metrics, stats = {}, {name: {} for name in decoded.hypotheses}
+    decodings = decoded.hypotheses
+    metrics, stats = {}, {name: {} for name in decodings}
     for variant_id in tqdm(decoded.results, desc="score test", unit="variant"):
-        for name, hypotheses in decoded.hypotheses.items():
+        for name, hypotheses in decodings.items():
             stats[name][variant_id] = sentence_stats(
                 hypotheses[variant_id], test.references, scorer.target_language
             )
-        result = score_system(scorer, decoded.hypotheses[decoded.main][variant_id],
+        result = score_system(scorer, decoded.results[variant_id].hypotheses,
                               test.references, test.source_words, test.buckets,
                               config.evaluate.bootstrap_samples,
                               config.fetch.split.max_train_words)  # fmt: skip
@@ -245,9 +253,8 @@ def write_variants(out: Path, decoded: Decoded, scores: Scores) -> None:
     for variant_id, result in decoded.results.items():
         result.write(out / variant_id)
         files = EvalFiles(out / variant_id)
-        if "greedy" in decoded.hypotheses and decoded.main != "greedy":
-            write_hypotheses(files.folder / GREEDY_HYPOTHESES,
-                             decoded.hypotheses["greedy"][variant_id])  # fmt: skip
+        if decoded.greedy is not None:
+            write_hypotheses(files.folder / GREEDY_HYPOTHESES, decoded.greedy[variant_id])
         with atomic_path(files.folder / SENTENCE_STATS) as path, open(path, "wb") as handle:
             np.savez_compressed(handle, **{n: s[variant_id] for n, s in scores.stats.items()})
         metrics = scores.metrics[variant_id]
