@@ -46,6 +46,7 @@ from typing import Any
 from benchmarks.revisions import worktree
 from benchmarks.trials import ROOT, cpu_model, other_load
 from pipeline.io import write_json, write_text
+from pipeline.train.trainer import TrainCallback
 
 logger = logging.getLogger("benchmarks.time_to_quality")
 RESULTS = ROOT / "benchmarks" / "results"
@@ -99,7 +100,7 @@ def worker(spec: dict[str, Any]) -> None:
     print(json.dumps({"tokens_per_s": result.tokens_per_s, "steps": result.steps}), flush=True)
 
 
-class Probe:
+class Probe(TrainCallback):
     """A :class:`~pipeline.train.trainer.TrainCallback` that also scores dev BLEU every
     ``every`` steps up to step ``until`` (a finer curve than the trainer's own
     evaluations), printing ``{"probe": row}`` lines.
@@ -125,9 +126,6 @@ class Probe:
                "wall_time": trainer.wall_time(), "tokens_per_s": None, "probe": True,
                "probe_seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
         print(json.dumps({"probe": row}), flush=True)
-
-    def on_evaluation(self, trainer, row) -> None:
-        pass
 
 
 # ------------------------------------------------------------------------ driver
