@@ -33,15 +33,16 @@ from benchmarks.workloads import study_variant
 from pipeline.config import load_config
 from pipeline.config.params import Config
 from pipeline.data.dataset import TokenizedData
-from pipeline.data.fetch import read_tsv_pairs
+from pipeline.data.pairs import read_tsv_pairs
 from pipeline.evaluate.decode import DecodeSpec, decode_variant
 from pipeline.io import write_json, write_text
 from pipeline.runtime.devices import TaskResources, claim_device
 from pipeline.runtime.precision import resolve
+from pipeline.scorers import catalogue
 from pipeline.train.trainer import TimeLimit, train_variant
 
 ROOT = Path(__file__).resolve().parent.parent
-SCORERS = ["none", "dot", "scaled_dot", "general", "additive", "location"]
+SCORERS = list(catalogue.BUILTIN)
 logger = logging.getLogger("benchmarks.gpu_study")
 
 

@@ -50,9 +50,10 @@ from benchmarks import sweep_scaling
 from benchmarks.markdown import render
 from benchmarks.study_log import parse_study_log
 from benchmarks.trials import ROOT, TrialRunner, cpu_model, other_load
-from pipeline.config.params import SCORERS, EvaluateConfig
+from pipeline.config.params import EvaluateConfig
 from pipeline.io import write_text
 from pipeline.runtime.precision import PRECISIONS, resolve
+from pipeline.scorers import catalogue
 
 logger = logging.getLogger("benchmarks.run")
 MAIN_VARIANT = {"scorer": "additive", "wiring": "luong"}
@@ -105,7 +106,7 @@ def training_cases(hidden_sizes: list[int]) -> list[tuple[str, str, int]]:
     return [
         (scorer, wiring, hidden)
         for hidden in hidden_sizes
-        for scorer in SCORERS
+        for scorer in catalogue.BUILTIN
         for wiring in (("luong",) if scorer == "none" else ("luong", "bahdanau"))
     ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -124,3 +125,17 @@ def test_benchmarks_use_no_private_name_of_the_package():
             elif isinstance(node, ast.Attribute) and node.attr.startswith("_Trainer"):
                 offenders.append(f"{path.name}: {node.attr}")
     assert not offenders, offenders
+
+
+BENCHMARKS = sorted(
+    ".".join(p.relative_to(REPO_ROOT).with_suffix("").parts)
+    for p in (REPO_ROOT / "benchmarks").rglob("*.py")
+    if p.name != "__init__.py"
+)
+
+
+@pytest.mark.parametrize("module", BENCHMARKS)
+def test_every_benchmark_module_imports(module):
+    """A benchmark is not run by the tests, but a moved or renamed name it imports
+    fails here rather than on the next user's run."""
+    assert importlib.import_module(module).__name__ == module
