@@ -5,7 +5,9 @@ Ray decode task call (``pipeline.train.trainer.train_variant``,
 
 For each scorer: the study's model (``params.yaml``, source order forward, hidden
 ``--hidden``) trains for ``--minutes`` of wall clock on ``data/tok`` on the GPU in the
-precision ``auto`` resolves to there, then its best checkpoint beam-decodes the test
+precision ``auto`` resolves to there (with ``--converge``: until the study's own stop
+rules end it, the plateau rule or ``train.max_steps``, ``--minutes`` then only a safety
+limit), then its best checkpoint beam-decodes the test
 split on the GPU (``evaluate`` settings of ``params.yaml``) and is scored with
 sacreBLEU against ``data/raw/test.tsv`` (the evaluate stage's references). Reports per
 variant: steps, target tokens/s, the dev-BLEU curve, test BLEU, decoding speed and peak
@@ -13,6 +15,7 @@ GPU memory.
 
     python -m benchmarks.gpu_study --minutes 0.4 --out /tmp/gpu          # six scorers
     python -m benchmarks.gpu_study --scorers additive --batch-tokens 4000 8000 ...
+    python -m benchmarks.gpu_study --converge --minutes 8 --scorers additive --out ...
 
 ``--device cpu`` runs the same on the CPU (a dry run of the script). Not part of the tests.
 """
@@ -54,8 +57,9 @@ def run_variant(
     precision = resolve(args.precision or config.train.precision, device)
     name = f"{scorer}-fwd-h{args.hidden}-bt{batch_tokens}-{precision}"
     overrides = {"scorer": scorer, "hidden_size": args.hidden, "batch_tokens": batch_tokens,
-                 "precision": precision, "max_epochs": 1000, "max_steps": 0,
-                 "min_learning_rate": 0}  # fmt: skip
+                 "precision": precision}  # fmt: skip
+    if not args.converge:  # quality in time: no stop rule but the clock
+        overrides |= {"max_epochs": 1000, "max_steps": 0, "min_learning_rate": 0}
     variant = study_variant(config, name, {"scorer": scorer}, overrides)
     cuda = device == "cuda"
     if cuda:
@@ -83,6 +87,8 @@ def run_variant(
         "batch_tokens": batch_tokens,
         "precision": result.precision,
         "steps": result.steps,
+        "stop_reason": result.stop_reason,
+        "best_step": result.best_step,
         "epochs": result.epochs_run,
         "train_minutes": result.wall_time_s / 60,
         "tokens_per_s": result.tokens_per_s,
@@ -108,22 +114,31 @@ def run_variant(
 
 def render(results: dict[str, Any]) -> str:
     env = results["environment"]
+    if results.get("converge"):
+        budget = (
+            "trained until the study's stop rules ended it (plateau rule, train.max_steps), "
+            f"{results['minutes']} min of wall clock as a safety limit"
+        )
+    else:
+        budget = (
+            f"{results['minutes']} min of training per variant (wall clock, evaluations included)"
+        )
     lines = [
         "# Small study on one GPU",
         "",
-        f"{env['device_name']}, torch {env['torch']}, {results['minutes']} min of training "
-        f"per variant (wall clock, evaluations included), hidden {results['hidden']}, "
+        f"{env['device_name']}, torch {env['torch']}, {budget}, hidden {results['hidden']}, "
         f"{results['cpus']} CPU threads. Test BLEU: sacreBLEU on data/raw/test.tsv, "
         "beam search on the GPU.",
         "",
-        "| variant | precision | steps | tokens/s | best dev BLEU | test BLEU | decode s "
-        "| sentences/s | train peak allocated MiB |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| variant | precision | steps | stop | best step | tokens/s | best dev BLEU | test BLEU "
+        "| decode s | sentences/s | train peak allocated MiB |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results["rows"]:
         peak = "-" if r["train_peak_mib"] is None else f"{r['train_peak_mib']:.0f}"
         lines.append(
-            f"| {r['variant']} | {r['precision']} | {r['steps']} | {r['tokens_per_s']:.0f} "
+            f"| {r['variant']} | {r['precision']} | {r['steps']} | {r.get('stop_reason', '-')} "
+            f"| {r.get('best_step', '-')} | {r['tokens_per_s']:.0f} "
             f"| {r['best_dev_bleu']:.2f} | {r['test_bleu']:.2f} | {r['decode_s']:.1f} "
             f"| {r['sentences_per_s']:.0f} | {peak} |"
         )
@@ -137,6 +152,11 @@ def render(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=0.5)
+    parser.add_argument(
+        "--converge",
+        action="store_true",
+        help="train until the study's stop rules end a variant; --minutes is then a safety limit",
+    )
     parser.add_argument("--scorers", nargs="+", default=SCORERS, choices=SCORERS)
     parser.add_argument("--batch-tokens", type=int, nargs="+", default=[1000])
     parser.add_argument("--hidden", type=int, default=256)
@@ -157,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     cuda = args.device == "cuda"
     results: dict[str, Any] = {
         "minutes": args.minutes,
+        "converge": args.converge,
         "hidden": args.hidden,
         "cpus": args.cpus,
         "environment": {

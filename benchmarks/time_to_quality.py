@@ -236,9 +236,9 @@ def trend_time_to(curve: list[dict[str, Any]], target: float) -> float | None:
 
 
 TARGETS = {"additive": 17.82, "none": 2.33}
-"""Issue 13's reference: the dev BLEU that the trainer of commit 18c646f reached at the
-end of its 3rd epoch in the study committed then (additive-fwd-h256-s1 and the init-only
-none-fwd-h256-s1, ``models/<id>/history.csv`` of that commit)."""
+"""The reference: the dev BLEU that the reference trainer (git tag ``reference-trainer``)
+reached at the end of its 3rd epoch in the study committed with it (additive-fwd-h256-s1
+and the init-only none-fwd-h256-s1, ``models/<id>/history.csv`` of that commit)."""
 
 
 def third_epoch_bleu(variant_id: str) -> float | None:

@@ -237,8 +237,7 @@ class TrainConfig(Section):
     """Dtype of the matrix products (``torch.autocast``): ``auto`` = bf16 where it is
     faster: bf16 GPUs, and CPUs whose bf16 products time at least 1.3x fp32 ones (a 0.2 s
     probe, ``pipeline.runtime.precision``), else fp32. Weights, optimizer and loss stay
-    fp32. Equal dev loss/BLEU in a 2-epoch pilot (docs/budget.md); speed per CPU in
-    docs/benchmarks.md."""
+    fp32. Equal dev loss/BLEU in a 2-epoch pilot (docs/budget.md, "Numerics")."""
     grid: dict[str, list[Any]] = Field(
         default_factory=lambda: {
             "scorer": list(catalogue.BUILTIN),

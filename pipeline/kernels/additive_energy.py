@@ -5,10 +5,10 @@ Written with autograd, ``tanh(q[:, :, None] + k[:, None]) @ v`` stores a (B, T, 
 tensor per batch (100 MB at B=108, T=29, S=31, A=256) and its backward makes five more
 passes over tensors of that size; each pass runs at memory speed, and on CPU every fresh
 multi-MB tensor also costs page faults. That made the additive scorer the slowest part of
-a training step (``docs/benchmarks.md``). Here forward and backward walk blocks of about
-``BLOCK_ELEMENTS`` elements through one reused buffer that stays in cache, and backward
-recomputes ``tanh`` instead of storing it (the trick of FlashAttention, for the additive
-score)::
+a training step (``python -m benchmarks.profile_step``). Here forward and backward walk
+blocks of about ``BLOCK_ELEMENTS`` elements through one reused buffer that stays in
+cache, and backward recomputes ``tanh`` instead of storing it (the trick of
+FlashAttention, for the additive score)::
 
     h = tanh(q_t + k_s)                  (block, A)
     e_ts = h . v
@@ -17,8 +17,8 @@ score)::
 
 The work is float32 even under autocast: CPU bfloat16 ``tanh`` is 5x slower than float32.
 And ``tanh`` itself is computed as ``tanh(x) = 2 sigmoid(2x) - 1``: torch 2.13's CPU
-``tanh_`` costs 3.5 ns per float32 element against 0.56 for ``sigmoid_`` (one thread,
-docs/benchmarks.md), and the identity is exact up to rounding (at most 1.8e-7 apart on
+``tanh_`` costs 3.5 ns per float32 element against 0.56 for ``sigmoid_`` (one
+thread), and the identity is exact up to rounding (at most 1.8e-7 apart on
 262,144 normal values of sd 3). The
 forward pass needs no ``2s - 1`` pass at all: ``h . v = 2 (s . v) - sum(v)``.
 

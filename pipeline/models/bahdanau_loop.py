@@ -25,8 +25,8 @@ forward and backward, from 550. Other scorers run the same equations through aut
 with :class:`~pipeline.kernels.step_linear.StepLinear` products and a
 :class:`~pipeline.models.attention.StepReader` context.
 
-Measured in docs/benchmarks.md ("Issue 13"); ``benchmarks.profile_step`` shows where the
-rest of a step goes.
+``python -m benchmarks.step_overhead --wirings ...`` measures this loop against the
+generic one; ``benchmarks.profile_step`` shows where the rest of a step goes.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ class _AdditiveGRULoop(torch.autograd.Function):
             torch.softmax(scores, -1, out=weight_i.squeeze(1))
             torch.bmm(weight_i.to(values.dtype), values, out=context)  # c_i, (B, 1, H)
             # G (B, 3H) in float32: an op with mixed bf16 / float32 inputs takes torch's
-            # slower path (docs/benchmarks.md, "fewer operator calls")
+            # slower path
             gate_inputs = torch.addmm(inputs_i, context.squeeze(1), context_t).to(state)
             inputs_rz, inputs_n = gate_inputs.split([2 * size, size], 1)
             torch.add(inputs_rz, recurrent_rz, out=reset_update).sigmoid_()  # float32 sums

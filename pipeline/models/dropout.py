@@ -1,8 +1,8 @@
 """Dropout whose mask costs a quarter of the random numbers of ``nn.Dropout`` on CPU.
 
 ``nn.Dropout`` draws one Bernoulli sample (one 32-bit Mersenne-Twister output) per
-element; on one CPU thread that made dropout 8% of a training step (``docs/benchmarks.md``:
-7.2 ms per (81, 41, 256) tensor). :class:`Dropout` draws 64-bit integers and reads each
+element; on one CPU thread that made dropout 8% of a training step
+(7.2 ms per (81, 41, 256) tensor). :class:`Dropout` draws 64-bit integers and reads each
 as four 16-bit uniforms, so one draw serves four elements: 2.3 ms for the same tensor.
 The drop probability is rounded to a multiple of 1/65536 (0.2 -> 0.199997); the surviving
 activations are scaled by ``1 / (1 - p)`` as usual. Random numbers come from torch's

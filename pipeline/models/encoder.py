@@ -67,8 +67,8 @@ class Encoder(nn.Module):
         )
         self.dropout = Dropout(dropout)
         # Packing costs: on CPU its backward zero-fills an input-sized buffer once per
-        # time step (a fifth of a training step, docs/benchmarks.md), and a packed LSTM
-        # misses oneDNN's fused LSTM (3.3x slower, docs/benchmarks.md). The padded run
+        # time step (a fifth of a training step), and a packed LSTM
+        # misses oneDNN's fused LSTM (3.3x slower). The padded run
         # gives identical results whenever the final state is the top layer's output.
         self.padded = layers == 1 and not bidirectional
 

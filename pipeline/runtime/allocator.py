@@ -8,9 +8,10 @@ logits, the (4000, 256) embedding and projection gradients, activations), so eve
 page-faults them in again and zero-fills them in the kernel. With the mmap threshold
 pinned at its 32 MiB maximum and no trimming below 2 GiB, those blocks come back from
 the heap instead: additive h256 trained 1.07x faster (Luong wiring) and 1.08-1.10x
-(Bahdanau wiring) at 1000-token batches, with half the system time (docs/benchmarks.md,
-"Allocator"). This is what Intel's PyTorch CPU guide gets by preloading jemalloc or
-tcmalloc, without a native dependency.
+(Bahdanau wiring) at 1000-token batches, with half the system time
+(``python -m benchmarks.allocator``, results in ``benchmarks/results/allocator/``). This
+is what Intel's PyTorch CPU guide gets by preloading jemalloc or tcmalloc, without a
+native dependency.
 
 The settings are process-wide and change where memory comes from, never a result. The
 resident set may stay up to the process's peak instead of shrinking between steps.

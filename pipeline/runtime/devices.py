@@ -62,7 +62,7 @@ def device_for(gpus: float) -> str:
         raise GpuUnavailableError(
             f"ray.gpus_per_trial is {gpus:g} but torch {torch.__version__} on node "
             f"{platform.node()} cannot use CUDA (install a CUDA build of torch on GPU "
-            "nodes, see README)"
+            "nodes: README, Installation)"
         )
     return "cuda"
 

@@ -7,8 +7,7 @@ recurrent state updates, the softmax and the loss stay float32, and only product
 bfloat16.
 
 On a CPU no instruction flag tells whether bf16 pays: it depends on the CPU and on the
-kernels torch ships. Measured with torch 2.13, one thread, 2048^2 products
-(docs/benchmarks.md):
+kernels torch ships. Measured with torch 2.13, one thread, 2048^2 products:
 
 - Xeon with AMX (``amx_bf16``): bf16 6.5x fp32.
 - Xeon with ``avx512_bf16`` and no AMX: bf16 0.50x fp32 (training 1.6-1.7x slower).
@@ -124,7 +123,10 @@ def choose_cpu_precision(speedup: float) -> str:
 def resolve(precision: str, device: str | torch.device) -> str:
     """``auto`` -> ``bf16`` or ``fp32`` for ``device``; other values pass through."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise ValueError(
+            f"train.precision / evaluate.precision: expected one of {', '.join(PRECISIONS)}, "
+            f"got {precision!r}"
+        )
     if precision != "auto":
         return precision
     kind = torch.device(device).type

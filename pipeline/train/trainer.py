@@ -322,7 +322,7 @@ def optimizer_step(
 
 def make_optimizer(model: torch.nn.Module, learning_rate: float) -> torch.optim.Adam:
     """Adam with the fused (single-kernel) update: 2.7 ms instead of 16.1 ms per step for
-    the additive h256 model on one CPU thread (docs/benchmarks.md); the same update rule."""
+    the additive h256 model on one CPU thread; the same update rule."""
     return torch.optim.Adam(model.parameters(), lr=learning_rate, fused=True)
 
 
