@@ -13,9 +13,11 @@ setup: $(VENV)/.installed
 # folder). TORCH_SPEC pins a version (e.g. TORCH_SPEC="torch==2.13.0").
 TORCH ?= cpu
 TORCH_SPEC ?= torch
+# PYTHON: the interpreter .venv is made with (3.10-3.12).
+PYTHON ?= python3
 TORCH_INDEX_cpu := --index-url https://download.pytorch.org/whl/cpu
 $(VENV)/.installed: pyproject.toml
-	python3 -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_INDEX_$(TORCH))
 	$(BIN)/python -m pip install -q -e ".[dev]"

@@ -4,11 +4,15 @@ Clones the repository (``--rev``, default HEAD) into ``--workdir``, then runs wh
 user runs, in order: ``make setup`` (with ``--setup-args``, e.g. this machine's local
 torch wheel), ``make study`` (``dvc repro``: each stage's wall time is read from DVC's
 "Running stage" lines as they stream) and ``make test`` (pytest's counts from its JUnit
-XML). Writes ``first_run.json`` and ``first_run.md`` to ``--out``; the README's "Two
-commands" table quotes them, and a test checks that it does.
+XML). ``--steps setup quick`` times the quick preset instead (``presets/quick.yaml`` as
+``params.yaml``, then ``make study``). Writes ``<name>.json`` and ``<name>.md`` to
+``--out``; the README's "Two commands" table is generated from them (``--update-readme``)
+and a test fails when it differs (``--check-readme``).
 
     python -m benchmarks.first_run --workdir /tmp/first-run \\
         --setup-args TORCH=local TORCH_SPEC=torch==2.13.0      # about 100 minutes on 2 cores
+    python -m benchmarks.first_run --workdir /tmp/quick --steps setup quick --name quick_preset
+    python -m benchmarks.first_run --update-readme             # rewrite the README's table
 
 The clone is left in ``--workdir`` (its study outputs, ``dvc.lock`` and ``.venv``) for
 inspection. Pip's cache is whatever the machine has: say so when quoting the setup time.
@@ -18,10 +22,12 @@ Not part of the tests.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -105,7 +111,7 @@ def render(result: dict[str, Any]) -> str:
         "| step | exit | minutes |",
         "| --- | ---: | ---: |",
     ]
-    for name in ("setup", "study", "test"):
+    for name in ("setup", "study", "test", "quick"):
         step = result.get(name)
         if step:
             minutes = step["wall_s"] / 60
@@ -126,18 +132,88 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+START, END = "<!-- first-run:start -->", "<!-- first-run:end -->"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def readme_block(out: Path = OUT) -> str:
+    """The README's "Two commands" table, from ``first_run.json`` and ``quick_preset.json``."""
+    run = json.loads((out / "first_run.json").read_text())
+    env, stages, tests = run["environment"], run["study"]["stages_s"], run["tests"]
+    machine = f"{env['cpus']}-core {env['cpu']}"
+    setup = run["setup"]["wall_s"]
+    before_train = sum(v for k, v in stages.items() if k in ("fetch", "tokenize"))
+    study = (
+        f"{_minutes(setup + run['study']['wall_s'])} from a fresh clone on a {machine}: setup "
+        f"{_minutes(setup)} (pip's cache warm), fetch + tokenize {_minutes(before_train)}, "
+        f"train {_minutes(stages['train'])}, evaluate {_minutes(stages['evaluate'])}, report "
+        f"{_minutes(stages['report'])}"
+    )
+    reasons = tests["skip_reasons"]
+    cuda = sum(n for reason, n in reasons.items() if "CUDA" in reason)
+    skipped = f"{tests['skipped']} skipped" + (f", {cuda} of them CUDA tests" if cuda else "")
+    test = (
+        f"{_minutes(run['test']['wall_s'])} on the same machine after the study ("
+        f"{tests['passed']} passed, {skipped}, {tests['failures'] + tests['errors']} failed)"
+    )
+    rows = [
+        "| command | what it does | measured |",
+        "|---|---|---|",
+        "| `make study` | creates `.venv`, installs the project, runs `dvc repro`: fetch, "
+        f"tokenize, train, evaluate, report | {study} |",
+        "| `make test` | the same setup, then `python -m pytest` (what CI runs); the report's "
+        "browser check runs where Chromium is installed and skips otherwise | " + test + " |",
+    ]
+    quick_file = out / "quick_preset.json"
+    if quick_file.is_file():
+        quick = json.loads(quick_file.read_text())
+        rows.append(
+            "| `cp presets/quick.yaml params.yaml && make study` | the quick preset: every stage "
+            "on a small grid, unconverged (a try-out) | "
+            f"{_minutes(quick['quick']['wall_s'])} once set up, on the same machine |"
+        )
+    return "\n".join(rows)
+
+
+def update_readme(readme: Path, out: Path = OUT, check: bool = False) -> int:
+    """Rewrite (or, with ``check``, compare) the block between the first-run markers."""
+    text = readme.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        raise SystemExit(f"error: {readme}: no {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    updated = f"{head}{START}\n{readme_block(out)}\n{END}{tail}"
+    if check:
+        if updated != text:
+            print(f"{readme}: the two-commands table differs from {out}; run "
+                  "python -m benchmarks.first_run --update-readme", file=sys.stderr)  # fmt: skip
+            return 1
+        return 0
+    write_text(readme, updated)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("--repo", type=Path, default=ROOT, help="repository to clone")
     cli.add_argument("--rev", default="HEAD")
-    cli.add_argument("--workdir", type=Path, required=True, help="an absent or empty folder")
+    cli.add_argument("--workdir", type=Path, help="an absent or empty folder")
     cli.add_argument("--setup-args", nargs="*", default=[], help="make variables for `make setup`")
-    cli.add_argument("--skip-study", action="store_true")
-    cli.add_argument("--skip-test", action="store_true")
+    cli.add_argument("--steps", nargs="+", default=["setup", "study", "test"],
+                     choices=["setup", "study", "test", "quick"])  # fmt: skip
+    cli.add_argument("--name", default="first_run", help="results file name (no suffix)")
     cli.add_argument("--out", type=Path, default=OUT)
+    cli.add_argument("--update-readme", action="store_true", help="only rewrite README's table")
+    cli.add_argument("--check-readme", action="store_true", help="only check README's table")
     args = cli.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-
+    if args.update_readme or args.check_readme:
+        return update_readme(ROOT / "README.md", args.out, check=args.check_readme)
+    if args.workdir is None:
+        cli.error("--workdir is required to run the steps")
     if args.workdir.exists() and any(args.workdir.iterdir()):
         raise SystemExit(f"error: --workdir {args.workdir} is not empty")
     revision = subprocess.run(["git", "rev-parse", args.rev], cwd=args.repo, check=True,
@@ -163,32 +239,36 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir()
 
     def save() -> None:
-        write_json(args.out / "first_run.json", result)
-        write_text(args.out / "first_run.md", render(result))
+        write_json(args.out / f"{args.name}.json", result)
+        write_text(args.out / f"{args.name}.md", render(result))
 
-    setup = ["make", "setup", *args.setup_args]
-    result["setup"] = run_streamed(setup, args.workdir, logs / "setup.log", env)
-    if result["setup"]["exit_code"]:
+    if "setup" in args.steps:
+        setup = ["make", "setup", *args.setup_args]
+        result["setup"] = run_streamed(setup, args.workdir, logs / "setup.log", env)
         save()
-        return 1
-    torch_version = subprocess.run(
-        [str(args.workdir / ".venv" / "bin" / "python"), "-c",
-         "import torch; print(torch.__version__)"],
-        capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    result["environment"]["torch"] = torch_version
-    if not args.skip_study:
+        if result["setup"]["exit_code"]:
+            return 1
+        torch_version = subprocess.run(
+            [str(args.workdir / ".venv" / "bin" / "python"), "-c",
+             "import torch; print(torch.__version__)"],
+            capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+        result["environment"]["torch"] = torch_version
+    if "study" in args.steps:
         result["study"] = run_streamed(["make", "study"], args.workdir, logs / "study.log", env)
         save()
-    if not args.skip_test:
+    if "test" in args.steps:
         junit = logs / "junit.xml"
         test_env = dict(env, PYTEST_ADDOPTS=f"--junitxml={junit} -p no:cacheprovider")
         result["test"] = run_streamed(["make", "test"], args.workdir, logs / "test.log", test_env)
         if junit.exists():
             result["tests"] = junit_counts(junit)
+    if "quick" in args.steps:
+        shutil.copy(args.workdir / "presets" / "quick.yaml", args.workdir / "params.yaml")
+        result["quick"] = run_streamed(["make", "study"], args.workdir, logs / "quick.log", env)
     save()
     print(render(result))
-    failed = any(result.get(k, {}).get("exit_code") for k in ("study", "test"))
+    failed = any(result.get(k, {}).get("exit_code") for k in ("study", "test", "quick"))
     return 1 if failed else 0
 
 

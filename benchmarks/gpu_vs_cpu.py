@@ -69,8 +69,7 @@ def compare(gpu_files: list[Path], root: Path = ROOT) -> str:
     same = "the same" if by_gpu == by_cpu else "a different"
     lines += [
         "",
-        f"Ranking by test BLEU: GPU {' > '.join(by_gpu)}; CPU {' > '.join(by_cpu)} "
-        f"({same} order).",
+        f"Ranking by test BLEU: GPU {' > '.join(by_gpu)}; CPU {' > '.join(by_cpu)} ({same} order).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -127,6 +127,7 @@ def _base_row(variant_id: str, info: dict[str, Any]) -> dict[str, Any]:
         "still_improving": bool(still_improving(info)) if "stop_reason" in info else False,
         "best_dev_bleu": info.get("best_dev_bleu", np.nan),
         "epochs_run": info.get("epochs_run", np.nan),
+        "steps": info.get("steps", np.nan),
         "status": "failed" if info.get("status") == "failed" else "not evaluated",
         "error": info.get("error") or "",
         "parameters": info.get("parameter_count", np.nan),

@@ -4,6 +4,7 @@ one-line answers. Nothing here tests anything: the verdicts are the evaluate sta
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -93,6 +94,20 @@ def exploratory_rows(comparisons: pd.DataFrame, decoding: str) -> list[list[str]
     ]
 
 
+def _updates(evaluated: pd.DataFrame) -> str:
+    """ ", at 3,600-5,400 updates (cap 9,000)": the range of the evaluated variants' steps
+    and the step cap (the same for every variant of a study, else left out)."""
+    steps = evaluated.steps.dropna() if "steps" in evaluated else pd.Series(dtype=float)
+    if steps.empty:
+        return ""
+    low, high = int(steps.min()), int(steps.max())
+    span = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+    caps = {json.loads(c).get("max_steps") for c in evaluated.get("config", [])}
+    cap = caps.pop() if len(caps) == 1 else None
+    cap_text = f" (cap {cap:,})" if cap else ""
+    return f", at {span} updates{cap_text}"
+
+
 def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) -> str:
     """The first sentence of the report: the best scorer (chosen on dev) with its test
     BLEU, how many variants converged, and which verdicts depend on decoding."""
@@ -116,6 +131,7 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
     parts.append(
         f"{len(evaluated) - len(capped)} of {len(evaluated)} variants trained until their dev "
         f"loss plateaued"
+        + _updates(evaluated)
         + (
             f"; {len(capped)} stopped at the step cap and are left out of the confirmatory tests"
             if capped

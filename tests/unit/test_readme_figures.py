@@ -1,0 +1,252 @@
+"""Every figure the README quotes is checked against the file it comes from.
+
+The results block (``pipeline.report.readme_block``) and the two-commands table
+(``benchmarks.first_run``) are generated and checked whole. Every other number in the
+README's prose must be matched by one of the FIGURES below, each of which compares what
+the README says with the committed outputs (``metrics/``, ``reports/``,
+``benchmarks/results/``) or the configuration it describes; a number that no check covers
+fails ``test_every_number_in_the_readme_is_checked``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmarks import first_run
+from pipeline.config import load_config
+from pipeline.config.grid import expand_grid
+from pipeline.report import readme_block
+from tests.support import REPO_ROOT
+
+README = REPO_ROOT / "README.md"
+GENERATED = [(readme_block.START, readme_block.END), (first_run.START, first_run.END)]
+
+
+def prose(text: str) -> str:
+    """The README without its generated blocks, fenced code, inline code, link targets and
+    HTML comments, with whitespace collapsed (sentences wrap across lines)."""
+    for start, end in GENERATED:
+        head, rest = text.split(start, 1)
+        text = head + rest.split(end, 1)[1]
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", " ", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(r"!\[[^\]]*\]", " ", text)
+    return re.sub(r"\s+", " ", text)
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def summary() -> pd.DataFrame:
+    return pd.read_csv(REPO_ROOT / "reports" / "summary.csv")
+
+
+def params() -> object:
+    return load_config(REPO_ROOT / "params.yaml")
+
+
+def provenance() -> dict:
+    text = (REPO_ROOT / "reports" / "README.md").read_text(encoding="utf-8")
+    block = text.rsplit("```json", 1)[1].split("```", 1)[0]
+    return json.loads(block)["machine"]
+
+
+def preset(name: str):
+    config = load_config(REPO_ROOT / "presets" / name)
+    return config, expand_grid(config)
+
+
+def cuda_test_count() -> int:
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "tests/unit/test_cuda.py"],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return sum(1 for line in out.splitlines() if "::" in line)
+
+
+def default_study(m: re.Match) -> list[tuple]:
+    table = summary()
+    seeds = table.groupby(["scorer", "reverse_source"]).seed.nunique()
+    return [
+        (number(m[1]), len(table)),
+        (number(m[2]), *set(table.hidden_size)),
+        (number(m[3]), params().fetch.split.max_train_words),
+        (m[4], {3: "three"}.get(int(seeds.max()))),
+    ]
+
+
+def inside_sentences(m: re.Match) -> list[tuple]:
+    lengths = pd.read_csv(REPO_ROOT / "metrics" / "bleu_by_length.csv")
+    first = lengths[lengths.variant == lengths.variant.iloc[0]]
+    return [
+        (number(m[1]), first[first.training_range == "inside"].sentences.sum()),
+        (number(m[2]), params().fetch.split.max_train_words),
+    ]
+
+
+def plateaued(m: re.Match) -> list[tuple]:
+    table = summary()
+    return [
+        (bool(table.plateaued.all()), True),
+        (number(m[1]), table.steps.min()),
+        (number(m[2]), table.steps.max()),
+        (number(m[3]), params().train.max_steps),
+    ]
+
+
+def cuda_tests(m: re.Match) -> list[tuple]:
+    results = REPO_ROOT / "benchmarks" / "results" / "gpu_study"
+    log = (results / "test_cuda.log").read_text()
+    summary_line = re.search(r"(\d+) passed", log)
+    return [
+        (number(m[1]), cuda_test_count()),
+        (m[2] in (results / "gpu.txt").read_text(), True),
+        (bool(summary_line) and "failed" not in log and "error" not in log.lower(), True),
+    ]
+
+
+def quick(m: re.Match) -> list[tuple]:
+    config, variants = preset("quick.yaml")
+    return [
+        (number(m[1]), len(variants)),
+        (number(m[2]), config.train.max_steps),
+        (number(m[3]), config.fetch.split.test_size),
+    ]
+
+
+def gpu_preset(m: re.Match) -> list[tuple]:
+    _, variants = preset("gpu-cluster.yaml")
+    sizes = sorted({v.model.hidden_size for v in variants})
+    seeds = {v.train.seed for v in variants}
+    return [
+        (number(m[1]), len(variants)),
+        (m[2], "/".join(str(s) for s in sizes)),
+        (m[3], {3: "three"}.get(len(seeds))),
+    ]
+
+
+def pyproject(pattern: str) -> tuple[str, ...]:
+    found = re.search(pattern, (REPO_ROOT / "pyproject.toml").read_text())
+    assert found, f"pyproject.toml: no {pattern}"
+    return found.groups()
+
+
+def python_versions(m: re.Match) -> list[tuple]:
+    low, high = pyproject(r'requires-python = ">=3\.(\d+),<3\.(\d+)"')
+    return [
+        (m[1], ".".join(provenance()["python"].split(".")[:2])),
+        (m[2], f"3.{low}"),
+        (m[3], f"3.{int(high) - 1}"),
+    ]
+
+
+def torch_versions(m: re.Match) -> list[tuple]:
+    low, high = pyproject(r'"torch>=2\.(\d+),<2\.(\d+)"')
+    return [
+        (m[1], f"2.{low}"),
+        (m[2], f"2.{int(high) - 1}"),
+        (m[3], provenance()["torch"].split("+")[0]),
+    ]
+
+
+def pieces(m: re.Match) -> list[tuple]:
+    return [(number(m[1]), params().tokenize.vocab_size)]
+
+
+def license_year(m: re.Match) -> list[tuple]:
+    return [(m[1] in (REPO_ROOT / "LICENSE").read_text(), True)]
+
+
+def citation_year(m: re.Match) -> list[tuple]:
+    return [(m[1] in (REPO_ROOT / "CITATION.cff").read_text(), True)]
+
+
+FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
+    "the default study's size": (
+        r"The default study trains (\d+) variants at hidden size (\d+) on sentences of up to "
+        r"(\d+) words, (\w+) seeds behind every finding",
+        default_study,
+    ),
+    "test sentences inside the training lengths": (
+        r"the ([\d,]+) test sentences of at most (\d+) words",
+        inside_sentences,
+    ),
+    "steps to the plateau and the cap": (
+        r"Every variant plateaued, at ([\d,]+)-([\d,]+) updates \(the cap is ([\d,]+)\)",
+        plateaued,
+    ),
+    "CUDA tests": (r"\((\d+) tests\) runs only where .*? it passed on an (\w+)", cuda_tests),
+    "the quick preset": (
+        r"small grid \((\d+) variants, ([\d,]+) updates each, ([\d,]+) test sentences\)",
+        quick,
+    ),
+    "the GPU preset": (
+        r"(\d+) variants at hidden sizes ([\d/]+) with (\w+) seeds",
+        gpu_preset,
+    ),
+    "Python": (r"Python (3\.\d+)\*\* \(the project supports (3\.\d+)-(3\.\d+)\)", python_versions),
+    "torch": (
+        r"admits torch (2\.\d+)-(2\.\d+); the committed study ran on torch ([\d.]+)\.",
+        torch_versions,
+    ),  # fmt: skip
+    "subword pieces": (r"([\d,]+) pieces per language", pieces),
+    "license year": (r"copyright (\d{4}) the attention-study authors", license_year),
+    "cited paper": (r"Bahdanau, Cho and Bengio \((\d{4})\)", citation_year),
+}
+
+
+@pytest.fixture(scope="module")
+def text() -> str:
+    return prose(README.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_readme_figure_matches_its_source(text, name):
+    pattern, check = FIGURES[name]
+    match = re.search(pattern, text)
+    assert match, f"README.md no longer says: {pattern}"
+    for said, source in check(match):
+        assert said == source, f"{name}: README says {said!r}, the source says {source!r}"
+
+
+def test_every_number_in_the_readme_is_checked(text):
+    covered = [m.span() for pattern, _ in FIGURES.values() for m in re.finditer(pattern, text)]
+    unchecked = [
+        m.group()
+        for m in re.finditer(r"\d[\d,.]*", text)
+        if not any(a <= m.start() < b for a, b in covered)
+    ]
+    assert not unchecked, f"numbers in README.md that no check covers: {unchecked}"
+
+
+def test_two_commands_table_is_generated_from_the_first_run_results():
+    assert first_run.update_readme(README, check=True) == 0
+
+
+def test_a_changed_figure_fails_its_check(tmp_path, text):
+    pattern, check = FIGURES["steps to the plateau and the cap"]
+    edited = re.sub(r"at ([\d,]+)-", "at 1,234-", text, count=1)
+    match = re.search(pattern, edited)
+    assert match and any(said != source for said, source in check(match))
+
+
+def test_the_prose_filter_keeps_numbers_outside_code(tmp_path):
+    sample = "Trains 18 variants. `make 5` ```\nrun 7\n``` [x](docs/a1.md) done 9"
+    assert re.findall(r"\d+", prose(sample + "".join(s + e for s, e in GENERATED))) == ["18", "9"]
+
+
+def test_the_readme_block_markers_exist():
+    readme = README.read_text(encoding="utf-8")
+    assert all(start in readme and end in readme for start, end in GENERATED)
+    assert Path(first_run.OUT, "first_run.json").is_file()
