@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,9 +53,7 @@ def user_error(err: BaseException) -> bool:
     """A project error type, or a ValueError/OSError raised by the project's own code
     (the innermost frame is in pipeline/ or stages/; a file the user named), as opposed
     to one from deep inside a library, which is shown with its traceback."""
-    if isinstance(err, ConfigError | StageError) or type(err).__module__.startswith("pipeline"):
-        return True
-    if isinstance(err, OSError) and err.filename:
+    if deliberate(err):
         return True
     tb = err.__traceback__
     while tb is not None and tb.tb_next is not None:
@@ -64,6 +64,30 @@ def user_error(err: BaseException) -> bool:
     return any(origin.is_relative_to(folder) for folder in PROJECT_DIRS)
 
 
+def deliberate(err: BaseException) -> bool:
+    """An error raised on purpose to tell the user what to fix: a project error type, or
+    an OSError that names its file. Its message is the whole story."""
+    if isinstance(err, ConfigError | StageError) or type(err).__module__.startswith("pipeline"):
+        return True
+    return isinstance(err, OSError) and bool(err.filename)
+
+
+def traceback_note(err: BaseException, stage: str) -> str:
+    """For a one-line error that might still be a bug (a ValueError or OSError raised by
+    the project's code, an MLflow error), its traceback goes to a file and the line names
+    it: `` (traceback: /tmp/attention-study-train-....log)``. Empty for a deliberate error."""
+    if deliberate(err):
+        return ""
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", prefix=f"attention-study-{stage}-", suffix=".log", delete=False
+        ) as handle:
+            handle.write("".join(traceback.format_exception(err)))
+    except OSError:
+        return " (run with --verbose for the traceback)"
+    return f" (traceback: {handle.name})"
+
+
 def run(
     main: Callable[[argparse.Namespace, Config], int | None], cli: argparse.ArgumentParser
 ) -> None:
@@ -72,10 +96,12 @@ def run(
     Errors the user can fix (bad params, corpora, URLs, checkpoints, a cluster that
     cannot run the work) are ``ConfigError``/``StageError``, or a ``ValueError`` or
     ``OSError`` raised by the project's own code: they print as ``error: <message>``
-    (``--verbose`` adds the traceback) and exit 1. Anything else is a bug until shown
-    otherwise: it prints its traceback.
+    (``--verbose`` adds the traceback; one that may still be a bug also writes it to a
+    file the line names) and exit 1. Anything else is a bug until shown otherwise: it
+    prints its traceback.
     """
     args = cli.parse_args()
+    stage = Path(sys.argv[0]).stem
     setup_logging(args.verbose)
     try:
         config = load_config(args.params)
@@ -85,7 +111,7 @@ def run(
             raise
         if args.verbose:
             logger.exception("failed")
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err}{traceback_note(err, stage)}", file=sys.stderr)
         sys.exit(1)
     except Exception as err:
         if not type(err).__module__.startswith("mlflow"):
@@ -93,7 +119,8 @@ def run(
         if args.verbose:
             logger.exception("failed")
         message = str(getattr(err, "message", err)).splitlines()[0]
-        print(f"error: MLflow tracking store: {message}", file=sys.stderr)
+        note = traceback_note(err, stage)
+        print(f"error: MLflow tracking store: {message}{note}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from pipeline.config import ConfigError
 from pipeline.data.pairs import read_tsv_pairs
 from pipeline.scorers.plugins import PluginError
-from stages._cli import user_error
+from stages._cli import traceback_note, user_error
 
 
 def _raised(function):
@@ -28,3 +30,23 @@ def test_a_library_value_error_is_a_bug_shown_with_its_traceback():
     err = _raised(lambda: np.zeros(3).reshape(2, 2))
     assert isinstance(err, ValueError) and not user_error(err)
     assert not user_error(_raised(lambda: {}["key"]))
+
+
+def test_a_deliberate_error_is_its_message_alone(tmp_path):
+    assert traceback_note(ConfigError("train.grid: bad"), "train") == ""
+    assert traceback_note(_raised(lambda: read_tsv_pairs(tmp_path / "missing.tsv")), "fetch") == ""
+
+
+def test_an_error_that_may_be_a_bug_names_a_file_with_its_traceback():
+    def project_code():
+        return int("not a number")  # a ValueError from a builtin: no frame of its own
+
+    err = _raised(project_code)
+    note = traceback_note(err, "evaluate")
+    path = Path(note.removeprefix(" (traceback: ").removesuffix(")"))
+    try:
+        assert path.name.startswith("attention-study-evaluate-")
+        text = path.read_text()
+        assert "Traceback" in text and "project_code" in text and "not a number" in text
+    finally:
+        path.unlink(missing_ok=True)
