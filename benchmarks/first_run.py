@@ -4,14 +4,15 @@ Clones the repository (``--rev``, default HEAD) into ``--workdir``, then runs wh
 user runs, in order: ``make setup`` (with ``--setup-args``, e.g. this machine's local
 torch wheel), ``make study`` (``dvc repro``: each stage's wall time is read from DVC's
 "Running stage" lines as they stream) and ``make test`` (pytest's counts from its JUnit
-XML). ``--steps setup quick`` times the quick preset instead (``presets/quick.yaml`` as
+XML). ``--steps ... quick`` also times the quick preset (``presets/quick.yaml`` as
 ``params.yaml``, then ``make study``). Writes ``<name>.json`` and ``<name>.md`` to
 ``--out``; the README's "Two commands" table is generated from them (``--update-readme``)
 and a test fails when it differs (``--check-readme``).
 
     python -m benchmarks.first_run --workdir /tmp/first-run \\
         --setup-args TORCH=local TORCH_SPEC=torch==2.13.0      # about 100 minutes on 2 cores
-    python -m benchmarks.first_run --workdir /tmp/quick --steps setup quick --name quick_preset
+    python -m benchmarks.first_run --workdir /tmp/again --steps setup test quick \\
+        --name first_run_tests                                  # the tests again, the quick preset
     python -m benchmarks.first_run --update-readme             # rewrite the README's table
 
 The clone is left in ``--workdir`` (its study outputs, ``dvc.lock`` and ``.venv``) for
@@ -52,6 +53,14 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def pip_cache_mb() -> int:
+    """Size of pip's wheel cache before setup: whether the setup time includes downloads."""
+    folder = Path(os.environ.get("PIP_CACHE_DIR", Path.home() / ".cache" / "pip"))
+    if not folder.is_dir():
+        return 0
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) // 2**20
 
 
 def run_streamed(command: list[str], cwd: Path, log: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -140,15 +149,27 @@ def _minutes(seconds: float) -> str:
 
 
 def readme_block(out: Path = OUT) -> str:
-    """The README's "Two commands" table, from ``first_run.json`` and ``quick_preset.json``."""
+    """The README's "Two commands" table: the study from ``first_run.json``; the tests and the
+    quick preset from ``first_run_tests.json`` where a later run wrote one."""
     run = json.loads((out / "first_run.json").read_text())
-    env, stages, tests = run["environment"], run["study"]["stages_s"], run["tests"]
+    tests_file = out / "first_run_tests.json"  # a later run of setup + test (+ quick)
+    later = json.loads(tests_file.read_text()) if tests_file.is_file() else {}
+    for name, source in (("setup", run), ("study", run), ("test", later or run)):
+        if source.get(name, {}).get("exit_code") != 0:
+            raise SystemExit(f"error: {out}: `make {name}` did not succeed; nothing to quote")
+    env, stages = run["environment"], run["study"]["stages_s"]
+    tests, test_run = (later or run)["tests"], (later or run)["test"]
+    missing = {"fetch", "tokenize", "train", "evaluate", "report"} - set(stages)
+    if missing:
+        raise SystemExit(f"error: {out}/first_run.json: no time for stage(s) {sorted(missing)}")
     machine = f"{env['cpus']}-core {env['cpu']}"
     setup = run["setup"]["wall_s"]
     before_train = sum(v for k, v in stages.items() if k in ("fetch", "tokenize"))
+    cache = env.get("pip_cache_mb")
+    warm = "" if cache is None else " (pip's cache warm)" if cache > 100 else " (pip's cache empty)"
     study = (
         f"{_minutes(setup + run['study']['wall_s'])} from a fresh clone on a {machine}: setup "
-        f"{_minutes(setup)} (pip's cache warm), fetch + tokenize {_minutes(before_train)}, "
+        f"{_minutes(setup)}{warm}, fetch + tokenize {_minutes(before_train)}, "
         f"train {_minutes(stages['train'])}, evaluate {_minutes(stages['evaluate'])}, report "
         f"{_minutes(stages['report'])}"
     )
@@ -156,7 +177,7 @@ def readme_block(out: Path = OUT) -> str:
     cuda = sum(n for reason, n in reasons.items() if "CUDA" in reason)
     skipped = f"{tests['skipped']} skipped" + (f", {cuda} of them CUDA tests" if cuda else "")
     test = (
-        f"{_minutes(run['test']['wall_s'])} on the same machine after the study ("
+        f"{_minutes(test_run['wall_s'])} on the same machine ("
         f"{tests['passed']} passed, {skipped}, {tests['failures'] + tests['errors']} failed)"
     )
     rows = [
@@ -167,9 +188,8 @@ def readme_block(out: Path = OUT) -> str:
         "| `make test` | the same setup, then `python -m pytest` (what CI runs); the report's "
         "browser check runs where Chromium is installed and skips otherwise | " + test + " |",
     ]
-    quick_file = out / "quick_preset.json"
-    if quick_file.is_file():
-        quick = json.loads(quick_file.read_text())
+    quick = later if "quick" in later else None
+    if quick and quick["quick"]["exit_code"] == 0:
         rows.append(
             "| `cp presets/quick.yaml params.yaml && make study` | the quick preset: every stage "
             "on a small grid, unconverged (a try-out) | "
@@ -214,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         return update_readme(ROOT / "README.md", args.out, check=args.check_readme)
     if args.workdir is None:
         cli.error("--workdir is required to run the steps")
+    args.workdir, args.out = args.workdir.resolve(), args.out.resolve()
     if args.workdir.exists() and any(args.workdir.iterdir()):
         raise SystemExit(f"error: --workdir {args.workdir} is not empty")
     revision = subprocess.run(["git", "rev-parse", args.rev], cwd=args.repo, check=True,
@@ -221,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(args.repo), str(args.workdir)],
                    check=True)  # fmt: skip
     subprocess.run(["git", "checkout", "-q", revision], cwd=args.workdir, check=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env = {  # a new user's shell: none of this checkout's environment or settings
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "STUDY_INFRA", "RAY_ADDRESS")
+        and not k.startswith(("MLFLOW_", "DVC_", "PYTEST_"))
+    }
     env["PATH"] = os.pathsep.join(
         p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(ROOT))
     )
@@ -237,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     logs = args.workdir / "first-run-logs"
     logs.mkdir()
+    result["environment"]["pip_cache_mb"] = pip_cache_mb()
 
     def save() -> None:
         write_json(args.out / f"{args.name}.json", result)

@@ -37,6 +37,8 @@ def compare(gpu_files: list[Path], root: Path = ROOT) -> str:
     env: dict[str, Any] = {}
     for path in gpu_files:
         results = json.loads(path.read_text())
+        if not results.get("converge") or results.get("hidden") != 256:
+            raise SystemExit(f"error: {path}: not a --converge run at hidden 256")
         env = env or results["environment"]
         for row in results["rows"]:
             gpu.setdefault(row["scorer"], row)
@@ -55,8 +57,8 @@ def compare(gpu_files: list[Path], root: Path = ROOT) -> str:
     bleu: dict[str, tuple[float, float]] = {}
     for scorer, g in gpu.items():
         c = cpu.get(f"{scorer}-fwd-h256-s1")
-        if c is None:
-            continue
+        if c is None or c["test_bleu"] is None or g["precision"] != c["precision"]:
+            continue  # no CPU twin of the same settings
         bleu[scorer] = (g["test_bleu"], c["test_bleu"])
         lines.append(
             f"| {scorer} | {g['steps']:,} ({g['stop_reason']}) | {c['steps']:,} "

@@ -118,7 +118,7 @@ def run(
             raise
         if args.verbose:
             logger.exception("failed")
-        message = str(getattr(err, "message", err)).splitlines()[0]
+        message = (str(getattr(err, "message", err)).splitlines() or [type(err).__name__])[0]
         note = traceback_note(err, stage)
         print(f"error: MLflow tracking store: {message}{note}", file=sys.stderr)
         sys.exit(1)

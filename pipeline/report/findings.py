@@ -131,7 +131,7 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
     parts.append(
         f"{len(evaluated) - len(capped)} of {len(evaluated)} variants trained until their dev "
         f"loss plateaued"
-        + _updates(evaluated)
+        + _updates(evaluated[~evaluated.variant.isin(capped)])
         + (
             f"; {len(capped)} stopped at the step cap and are left out of the confirmatory tests"
             if capped

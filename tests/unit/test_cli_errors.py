@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.config import ConfigError
 from pipeline.data.pairs import read_tsv_pairs
+from pipeline.runtime.precision import resolve
 from pipeline.scorers.plugins import PluginError
 from stages._cli import traceback_note, user_error
+from tests.support import REPO_ROOT
+
+PARAMS = REPO_ROOT / "params.yaml"
 
 
 def _raised(function):
@@ -48,5 +53,27 @@ def test_an_error_that_may_be_a_bug_names_a_file_with_its_traceback():
         assert path.name.startswith("attention-study-evaluate-")
         text = path.read_text()
         assert "Traceback" in text and "project_code" in text and "not a number" in text
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_a_stage_prints_the_traceback_file_in_its_one_line(monkeypatch, capsys, tmp_path):
+    import pytest
+
+    from stages import _cli
+
+    def main(args, config):
+        resolve("fp64", "cpu")  # a ValueError raised by the project's own code
+
+    monkeypatch.setattr(sys, "argv", ["stages/evaluate.py", "--params", str(PARAMS)])
+    with pytest.raises(SystemExit) as stop:
+        _cli.run(main, _cli.parser("test"))
+    line = capsys.readouterr().err.strip()
+    assert stop.value.code == 1 and "\n" not in line
+    assert line.startswith("error: train.precision / evaluate.precision: expected one of")
+    assert "got 'fp64' (traceback: " in line
+    path = Path(line.rsplit("(traceback: ", 1)[1].rstrip(")"))
+    try:
+        assert "Traceback" in path.read_text() and path.name.startswith("attention-study-evaluate-")
     finally:
         path.unlink(missing_ok=True)
