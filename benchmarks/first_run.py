@@ -124,7 +124,8 @@ def render(result: dict[str, Any]) -> str:
         step = result.get(name)
         if step:
             minutes = step["wall_s"] / 60
-            lines.append(f"| `{step['command']}` | {step['exit_code']} | {minutes:.1f} |")
+            label = f"`{step['command']}`" + (" (quick preset)" if name == "quick" else "")
+            lines.append(f"| {label} | {step['exit_code']} | {minutes:.1f} |")
     study = result.get("study")
     if study:
         lines += ["", "`make study`, by DVC stage:", "", "| stage | minutes |", "| --- | ---: |"]
