@@ -32,6 +32,12 @@ def _inputs(seed: int = 0, source_length: int = 5, lengths=(5, 3, 1)):
     return query, values, src_mask
 
 
+def _case(name: str):
+    """A freshly built scorer (seeded weights) and the shared inputs."""
+    torch.manual_seed(0)
+    return build_scorer(name, HIDDEN), *_inputs()
+
+
 def _attend(scorer, query, values, src_mask):
     return attend(scorer, query, scorer.precompute(values), values, src_mask)
 
@@ -48,9 +54,7 @@ def test_every_catalogued_scorer_builds_and_none_has_no_attention():
 
 @pytest.mark.parametrize("name", ATTENTION_SCORERS)
 def test_weights_are_a_masked_distribution(name):
-    torch.manual_seed(0)
-    scorer = build_scorer(name, HIDDEN)
-    query, values, src_mask = _inputs()
+    scorer, query, values, src_mask = _case(name)
     context, weights = _attend(scorer, query, values, src_mask)
     assert context.shape == (3, 4, HIDDEN) and weights.shape == (3, 4, 5)
     assert torch.all(weights >= 0)
@@ -63,9 +67,7 @@ def test_weights_are_a_masked_distribution(name):
 
 @pytest.mark.parametrize("name", ATTENTION_SCORERS)
 def test_padding_content_changes_nothing(name):
-    torch.manual_seed(0)
-    scorer = build_scorer(name, HIDDEN)
-    query, values, src_mask = _inputs()
+    scorer, query, values, src_mask = _case(name)
     noisy = values.clone()
     noisy[~src_mask] = torch.randn(int((~src_mask).sum()), HIDDEN) * 100
     context, weights = _attend(scorer, query, values, src_mask)
@@ -76,9 +78,7 @@ def test_padding_content_changes_nothing(name):
 
 @pytest.mark.parametrize("name", ATTENTION_SCORERS)
 def test_gradients_reach_every_scorer_parameter(name):
-    torch.manual_seed(0)
-    scorer = build_scorer(name, HIDDEN)
-    query, values, src_mask = _inputs()
+    scorer, query, values, src_mask = _case(name)
     query.requires_grad_(True)
     context, _ = _attend(scorer, query, values, src_mask)
     (context * torch.randn_like(context)).sum().backward()
@@ -91,9 +91,7 @@ def test_gradients_reach_every_scorer_parameter(name):
 @pytest.mark.parametrize("name", ATTENTION_SCORERS)
 def test_single_step_equals_all_steps(name):
     """A (B, 1, H) query per step gives the rows of the all-steps (B, T, H) call."""
-    torch.manual_seed(0)
-    scorer = build_scorer(name, HIDDEN)
-    query, values, src_mask = _inputs()
+    scorer, query, values, src_mask = _case(name)
     _, weights = _attend(scorer, query, values, src_mask)
     for t in range(query.size(1)):
         _, step = _attend(scorer, query[:, t : t + 1], values, src_mask)
