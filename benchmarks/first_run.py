@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.io import write_json, write_text
+from pipeline.report.readme_block import sync_block
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "first_run"
@@ -201,20 +202,8 @@ def readme_block(out: Path = OUT) -> str:
 
 def update_readme(readme: Path, out: Path = OUT, check: bool = False) -> int:
     """Rewrite (or, with ``check``, compare) the block between the first-run markers."""
-    text = readme.read_text(encoding="utf-8")
-    if START not in text or END not in text:
-        raise SystemExit(f"error: {readme}: no {START} ... {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    updated = f"{head}{START}\n{readme_block(out)}\n{END}{tail}"
-    if check:
-        if updated != text:
-            print(f"{readme}: the two-commands table differs from {out}; run "
-                  "python -m benchmarks.first_run --update-readme", file=sys.stderr)  # fmt: skip
-            return 1
-        return 0
-    write_text(readme, updated)
-    return 0
+    return sync_block(readme, readme_block(out), START, END, check,
+                      "python -m benchmarks.first_run --update-readme")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.io import write_text
 from pipeline.report.findings import bleu_ci, ci
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -51,12 +52,28 @@ def render(root: Path) -> str:
     return "\n".join(lines)
 
 
-def replace_block(text: str, block: str) -> str:
-    if START not in text or END not in text:
-        raise ValueError(f"README.md: no {START} ... {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{block}\n{END}{tail}"
+def replace_block(text: str, block: str, start: str = START, end: str = END) -> str:
+    """``text`` with what lies between the ``start`` and ``end`` markers replaced."""
+    if start not in text or end not in text:
+        raise ValueError(f"README.md: no {start} ... {end} markers")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{block}\n{end}{tail}"
+
+
+def sync_block(readme: Path, block: str, start: str, end: str, check: bool, how: str) -> int:
+    """Write ``block`` between the markers of ``readme``; with ``check``, only compare and
+    return 1 (naming ``how`` to regenerate it) if the README differs."""
+    text = readme.read_text(encoding="utf-8")
+    updated = replace_block(text, block, start, end)
+    if not check:
+        write_text(readme, updated)
+        return 0
+    if updated != text:
+        print(f"{readme}: the block between {start} and {end} is stale; run {how}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,17 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path("."))
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    readme = args.root / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    updated = replace_block(text, render(args.root))
-    if args.check:
-        if updated != text:
-            print("README.md: the results block differs from metrics/ and reports/; run "
-                  "python -m pipeline.report.readme_block", file=sys.stderr)  # fmt: skip
-            return 1
-        return 0
-    readme.write_text(updated, encoding="utf-8")
-    return 0
+    return sync_block(args.root / "README.md", render(args.root), START, END, args.check,
+                      "python -m pipeline.report.readme_block")  # fmt: skip
 
 
 if __name__ == "__main__":
