@@ -19,17 +19,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipeline.evaluate.stage import load_sweep
 from pipeline.io import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def cpu_rows(root: Path) -> dict[str, dict[str, Any]]:
-    variants = json.loads((root / "models" / "sweep.json").read_text())["variants"]
+    variants = load_sweep(root / "models")["variants"]
     with (root / "metrics" / "test_bleu.csv").open(newline="") as handle:
         bleu = {row["variant"]: float(row["bleu"]) for row in csv.DictReader(handle)}
-    rows = variants.values() if isinstance(variants, dict) else variants
-    return {v["variant_id"]: dict(v, test_bleu=bleu.get(v["variant_id"])) for v in rows}
+    return {i: dict(v, test_bleu=bleu.get(i)) for i, v in variants.items()}
 
 
 def compare(gpu_files: list[Path], root: Path = ROOT) -> str:

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import pandas as pd
@@ -49,20 +50,24 @@ def number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+@cache
 def summary() -> pd.DataFrame:
     return pd.read_csv(REPO_ROOT / "reports" / "summary.csv")
 
 
+@cache
 def params() -> object:
     return load_config(REPO_ROOT / "params.yaml")
 
 
+@cache
 def provenance() -> dict:
     text = (REPO_ROOT / "reports" / "README.md").read_text(encoding="utf-8")
     block = text.rsplit("```json", 1)[1].split("```", 1)[0]
     return json.loads(block)["machine"]
 
 
+@cache
 def preset(name: str):
     config = load_config(REPO_ROOT / "presets" / name)
     return config, expand_grid(config)
@@ -71,6 +76,7 @@ def preset(name: str):
 CUDA_LOG_FILES = ("tests/unit/test_cuda.py", "tests/unit/test_models.py")
 
 
+@cache
 def collected(*files: str) -> int:
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
