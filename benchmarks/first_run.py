@@ -156,11 +156,12 @@ def readme_block(out: Path = OUT) -> str:
     run = json.loads((out / "first_run.json").read_text())
     tests_file = out / "first_run_tests.json"  # a later run of setup + test (+ quick)
     later = json.loads(tests_file.read_text()) if tests_file.is_file() else {}
-    for name, source in (("setup", run), ("study", run), ("test", later or run)):
+    tested = later or run
+    for name, source in (("setup", run), ("study", run), ("test", tested)):
         if source.get(name, {}).get("exit_code") != 0:
             raise SystemExit(f"error: {out}: `make {name}` did not succeed; nothing to quote")
     env, stages = run["environment"], run["study"]["stages_s"]
-    tests, test_run = (later or run)["tests"], (later or run)["test"]
+    tests = tested["tests"]
     missing = {"fetch", "tokenize", "train", "evaluate", "report"} - set(stages)
     if missing:
         raise SystemExit(f"error: {out}/first_run.json: no time for stage(s) {sorted(missing)}")
@@ -179,7 +180,7 @@ def readme_block(out: Path = OUT) -> str:
     cuda = sum(n for reason, n in reasons.items() if "CUDA" in reason)
     skipped = f"{tests['skipped']} skipped" + (f", {cuda} of them CUDA tests" if cuda else "")
     test = (
-        f"{_minutes(test_run['wall_s'])} on the same machine ("
+        f"{_minutes(tested['test']['wall_s'])} on the same machine ("
         f"{tests['passed']} passed, {skipped}, {tests['failures'] + tests['errors']} failed)"
     )
     rows = [
@@ -190,12 +191,12 @@ def readme_block(out: Path = OUT) -> str:
         "| `make test` | the same setup, then `python -m pytest` (what CI runs); the report's "
         "browser check runs where Chromium is installed and skips otherwise | " + test + " |",
     ]
-    quick = later if "quick" in later else None
-    if quick and quick["quick"]["exit_code"] == 0:
+    quick = later.get("quick")
+    if quick and quick["exit_code"] == 0:
         rows.append(
             "| `cp presets/quick.yaml params.yaml && make study` | the quick preset: every stage "
             "on a small grid, unconverged (a try-out) | "
-            f"{_minutes(quick['quick']['wall_s'])} once set up, on the same machine |"
+            f"{_minutes(quick['wall_s'])} once set up, on the same machine |"
         )
     return "\n".join(rows)
 
