@@ -233,11 +233,15 @@ class TrainConfig(Section):
     """Dev sentences greedily decoded for dev BLEU each evaluation."""
     max_decode_ratio: float = Field(2.0, gt=0)
     """Decoding stops after ``ratio * source length + 10`` tokens."""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """Dtype of the matrix products (``torch.autocast``): ``auto`` = bf16 where it is
-    faster: bf16 GPUs, and CPUs whose bf16 products time at least 1.3x fp32 ones (a 0.2 s
-    probe, ``pipeline.runtime.precision``), else fp32. Weights, optimizer and loss stay
-    fp32. Equal dev loss/BLEU in a 2-epoch pilot (docs/budget.md, "Numerics")."""
+    precision: Literal["auto", "fp32", "bf16"] = "fp32"
+    """Dtype of the matrix products (``torch.autocast``). ``fp32`` (default) is the
+    study's numerics on every machine: it runs on any CPU and GPU, so the same params give
+    the same verdicts everywhere (on a GPU TF32 is off). ``bf16`` needs native bf16
+    (a CPU with AVX512-BF16 or AMX, a GPU from Ampere on: torch's CPU bf16 LSTM has no
+    implementation without them; the preflight says so in seconds); ``auto`` = bf16 where
+    it is faster (``pipeline.runtime.precision``), else fp32: faster on some machines,
+    but the numerics then depend on the machine. Weights, optimizer and loss stay fp32
+    (docs/budget.md, "Numerics")."""
     grid: dict[str, list[Any]] = Field(
         default_factory=lambda: {
             "scorer": list(catalogue.BUILTIN),

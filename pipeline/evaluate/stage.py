@@ -57,7 +57,7 @@ from pipeline.artifacts import (
     VariantFiles,
 )
 from pipeline.config.infra import Infra
-from pipeline.config.params import Config, EvaluateConfig
+from pipeline.config.params import Config, EvaluateConfig, ModelConfig
 from pipeline.data.dataset import TokenizedData
 from pipeline.data.pairs import parse_tsv_pairs
 from pipeline.evaluate.decode import (
@@ -70,7 +70,8 @@ from pipeline.evaluate.decode import (
 from pipeline.evaluate.metrics import Buckets, Scorer, score_system
 from pipeline.evaluate.verdicts import StudyFindings, study_findings
 from pipeline.io import atomic_dir, atomic_path, write_json, write_text
-from pipeline.runtime.cluster import TaskResources, init_ray, run_tasks
+from pipeline.models.preflight import check_decoding
+from pipeline.runtime.cluster import TaskResources, device_for, init_ray, ray_address, run_tasks
 from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.study.statistics import sentence_stats
 from pipeline.tracking.store import Tracker, experiment_key, training_summary
@@ -212,11 +213,26 @@ def decode(config: Config, infra: Infra, data: TokenizedData, models_dir: Path,
         f"{i}@greedy": replace(spec, evaluate=decodings["greedy"], examples=())
         for i, spec in specs.items()
     } if "beam" in decodings else {}  # fmt: skip
+    _preflight(config, infra, data, trained, resources)
     init_ray(infra.ray)
     done = run_tasks(decode_variant, {**specs, **greedy_specs}, resources, "decode test",
                      (data,))  # fmt: skip
     greedy = {i: done[f"{i}@greedy"].hypotheses for i in trained} if greedy_specs else None
     return Decoded({i: done[i] for i in trained}, greedy)
+
+
+def _preflight(config: Config, infra: Infra, data: TokenizedData, trained: dict[str, dict],
+               resources: TaskResources) -> None:  # fmt: skip
+    """Before Ray starts: every model family decodes a few sentences in
+    ``evaluate.precision`` on this machine (a local Ray's trials run here)."""
+    if ray_address(infra.ray) is not None:
+        return  # the workers' hardware is not this machine's: decode tasks report errors
+    start = time.perf_counter()
+    models = {i: ModelConfig(**info["model"]) for i, info in trained.items()}
+    checks = check_decoding(models, data, config.evaluate.beam_size, config.evaluate.precision,
+                            device_for(resources.gpus))  # fmt: skip
+    logger.info("preflight: %d model families decode in %s here (%.1f s)", len(checks),
+                checks[0].precision, time.perf_counter() - start)  # fmt: skip
 
 
 @dataclass

@@ -139,8 +139,28 @@ def resolve(precision: str, device: str | torch.device) -> str:
 
 
 def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager:
-    """The autocast context for a resolved ``precision`` (a no-op for ``fp32``)."""
+    """The autocast context for a resolved ``precision``. ``fp32`` is IEEE float32 on every
+    device: on a GPU, cuDNN's RNNs and torch's products run without TF32 (cuDNN allows
+    TF32 by default, which rounds products to a 10-bit mantissa)."""
     kind = torch.device(device).type
     if precision == "fp32":
-        return contextlib.nullcontext()
+        if kind != "cuda":
+            return contextlib.nullcontext()
+        return _strict_fp32()
     return torch.autocast(kind, dtype=torch.bfloat16)
+
+
+@contextlib.contextmanager
+def _strict_fp32():
+    matmul = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.backends.cudnn.flags(
+            enabled=torch.backends.cudnn.enabled,
+            benchmark=torch.backends.cudnn.benchmark,
+            deterministic=torch.backends.cudnn.deterministic,
+            allow_tf32=False,
+        ):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul

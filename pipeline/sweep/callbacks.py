@@ -14,7 +14,7 @@ from tqdm import tqdm
 from pipeline.artifacts import VariantFiles
 from pipeline.runtime.cluster import ClusterError
 from pipeline.sweep.cache import VariantCache, checkpoint_uri
-from pipeline.sweep.trial import TrialSpec
+from pipeline.sweep.trial import SETUP_ERROR, TrialSpec
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,13 @@ class OutputsCallback(tune.Callback):
         self.attempts: dict[str, int] = {}
         self.finished: dict[str, dict[str, Any]] = {}
         self.errors: dict[str, str] = {}
+        self.setup_failed: set[str] = set()  # failed before their first step: not retried
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get(SETUP_ERROR):
+            variant_id = trial.config["variant"]
+            self.setup_failed.add(variant_id)
+            self.errors[variant_id] = result[SETUP_ERROR]
 
     def on_trial_start(self, iteration, trials, trial, **info):
         variant_id = trial.config["variant"]
@@ -43,7 +50,7 @@ class OutputsCallback(tune.Callback):
 
     def collect(self, variant_id: str, checkpoint) -> None:
         """Copy a finished trial's checkpoint into ``models/<id>/`` (atomically)."""
-        if variant_id in self.finished:
+        if variant_id in self.finished or variant_id in self.setup_failed:
             return
         spec = self.specs[variant_id]
         try:
@@ -67,27 +74,40 @@ class OutputsCallback(tune.Callback):
 
 class StudyProgress(tune.Callback):
     """Driver side: one progress bar over the variants to train ("7/18 variants, 41:10
-    left"), with the steps of the running trials, beside Tune's per-trial table. The ETA
-    is tqdm's, from the variants finished so far."""
+    left"), with the steps of the running trials and the failures so far, beside Tune's
+    per-trial table. Only trained variants count as done: a failed one is named in the
+    bar's text, never added to its count. The ETA is tqdm's, from the variants trained."""
 
     def __init__(self, total: int):
         self.bar = tqdm(total=total, desc="study", unit="variant", dynamic_ncols=True)
         self.steps: dict[str, int] = {}
+        self.failed: set[str] = set()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.steps[trial.config["variant"]] = int(result.get("step", 0))
-        running = ", ".join(f"{v} step {s}" for v, s in self.steps.items())
-        self.bar.set_postfix_str(running, refresh=True)
+        variant_id = trial.config["variant"]
+        if result.get(SETUP_ERROR):
+            self.failed.add(variant_id)
+        elif not result.get("variant_finished"):
+            self.steps[variant_id] = int(result.get("step", 0))
+        self._show()
 
-    def _done(self, trial) -> None:
-        self.steps.pop(trial.config["variant"], None)
-        self.bar.update()
+    def _show(self) -> None:
+        running = [f"{v} step {s}" for v, s in self.steps.items()]
+        if self.failed:
+            running.append(f"{len(self.failed)} failed")
+        self.bar.set_postfix_str(", ".join(running), refresh=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._done(trial)
+        variant_id = trial.config["variant"]
+        self.steps.pop(variant_id, None)
+        if variant_id not in self.failed:
+            self.bar.update()
+        self._show()
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._done(trial)
+        self.steps.pop(trial.config["variant"], None)
+        self.failed.add(trial.config["variant"])
+        self._show()
 
     def on_experiment_end(self, trials, **info):
         self.bar.close()

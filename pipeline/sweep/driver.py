@@ -53,7 +53,14 @@ from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.sweep.cache import VariantCache
 from pipeline.sweep.callbacks import OutputsCallback, StudyProgress
 from pipeline.sweep.tracking import MlflowCallback
-from pipeline.sweep.trial import FINAL, TrialSpec, resolve_auto_precision, run_trial
+from pipeline.sweep.trial import (
+    FINAL,
+    SETUP_ERROR,
+    TrialSpec,
+    preflight,
+    resolve_auto_precision,
+    run_trial,
+)
 from pipeline.tracking.store import UNFINISHED, Tracker
 from pipeline.train.trainer import variant_key
 
@@ -164,6 +171,8 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
             )
     todo = {k: v for k, v in specs.items() if k not in outcomes}
     logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
+    if todo:
+        preflight([s.variant for s in todo.values()], data, infra.ray, resources)
 
     parent_id, runs = None, {}
     if todo:
@@ -194,9 +203,21 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         tracker.log_artifacts(parent_id, [paths.models_dir / SWEEP_FILE, paths.cache.last_sweep])
         tracker.finish(parent_id, "FAILED" if sweep_failed else "FINISHED")
     if sweep_failed:
-        names = "; ".join(f"{o.id}: {o.error}" for o in failed)
-        raise SweepFailedError(f"{len(failed)} of {len(specs)} variants failed: {names}")
+        raise SweepFailedError(failure_summary(failed, len(specs)))
     return record
+
+
+def failure_summary(failed: list[VariantOutcome], total: int) -> str:
+    """One line: each distinct cause once, with the variants it hit."""
+    causes: dict[str, list[str]] = {}
+    for outcome in sorted(failed, key=lambda o: o.id):
+        cause = (outcome.error or "unknown error").replace(outcome.id, "<variant>")
+        causes.setdefault(cause, []).append(outcome.id)
+    parts = []
+    for cause, ids in causes.items():
+        named = ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
+        parts.append(f"{cause} ({named})")
+    return f"{len(failed)} of {total} variants failed: " + "; ".join(parts)
 
 
 def _resumable(spec: TrialSpec, cache: VariantCache) -> TrialSpec:
@@ -218,6 +239,7 @@ def _raise_if_interrupted(grid, outputs: OutputsCallback) -> None:
         elif (
             result.error is None
             and not (result.metrics or {}).get(FINAL)
+            and not (result.metrics or {}).get(SETUP_ERROR)
             and variant not in outputs.finished
         ):
             stopped.append(variant)

@@ -8,8 +8,10 @@ scorers) before training: library code never does it as a side effect.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,16 +24,19 @@ from pipeline.data.dataset import TokenizedData
 from pipeline.io import write_json
 from pipeline.runtime.cluster import (
     TaskResources,
+    TasksFailedError,
     claim_device,
     device_for,
     init_ray,
     node_id,
     ray_address,
+    root_cause,
     run_tasks,
 )
 from pipeline.runtime.precision import resolve
 from pipeline.runtime.process import prepare_process
 from pipeline.scorers.plugins import PluginSource, load_plugins
+from pipeline.train.preflight import Estimate, PreflightError, check_training, estimate
 from pipeline.train.probes import dev_attention_figure
 from pipeline.train.trainer import TimeLimit, TrainCallback, train_variant
 
@@ -39,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 FINAL = "variant_finished"
 """Key of a trial's final report (its summary and last checkpoint)."""
+SETUP_ERROR = "setup_error"
+"""Key of the final report of a trial that failed before its first step: an error every
+attempt would repeat (deterministic), so the trial ends without Tune's retries."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,16 @@ class _TuneReport(TrainCallback):
 
     def on_evaluation(self, trainer, row: dict[str, Any]) -> None:
         report(row, self.scratch)
+
+
+class _StepCount(TrainCallback):
+    """Counts the optimizer steps this attempt trained."""
+
+    def __init__(self):
+        self.count = 0
+
+    def on_step(self, trainer, step: int) -> None:
+        self.count += 1
 
 
 def report(row: dict[str, Any], scratch: Path) -> None:
@@ -88,10 +106,19 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
                 report(final_report(done["summary"]), scratch)
                 return
         timeout = spec.trial_timeout_minutes
-        result = train_variant(
-            spec.variant, data, scratch, callbacks=[_TuneReport(scratch)], device=device,
-            resume=True, time_limit=TimeLimit(60 * timeout, fail=True) if timeout else None,
-        )  # fmt: skip
+        steps = _StepCount()
+        try:
+            result = train_variant(
+                spec.variant, data, scratch, callbacks=[_TuneReport(scratch), steps],
+                device=device, resume=True,
+                time_limit=TimeLimit(60 * timeout, fail=True) if timeout else None,
+            )  # fmt: skip
+        except Exception as err:
+            if steps.count or checkpoint is not None:
+                raise  # failed mid-training: Tune retries it from its checkpoint
+            # before its first step: every retry would fail the same way
+            tune.report({FINAL: False, SETUP_ERROR: root_cause(err)})
+            return
         summary = {k: v for k, v in asdict(result).items() if k != "history"}
         summary.update(device=device, node_id=node_id())
         try:
@@ -126,3 +153,52 @@ def resolve_auto_precision(ray_config, resources: TaskResources) -> str:
     init_ray(ray_config)
     probe = {"probe": "auto"}
     return run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,))["probe"]
+
+
+def _preflight_task(variants, resources: TaskResources, data: TokenizedData):
+    """Ray task: :func:`pipeline.train.preflight.check_training` on a trial's hardware."""
+    device = claim_device(resources.gpus, resources.cpus)
+    prepare_process()
+    return check_training(variants, data, device, int(resources.cpus))
+
+
+def preflight(variants: list[Variant], data: TokenizedData, ray_config, resources) -> Estimate:
+    """Before the sweep: every model family of ``variants`` trains a few steps in its
+    resolved precision where trials run (this machine for a local Ray, else a Ray task
+    with a trial's resources); logs the grid's expected steps and time. Raises
+    :class:`pipeline.train.preflight.PreflightError` (one line naming the params key)."""
+    start = time.perf_counter()
+    if ray_address(ray_config) is None:
+        prepare_process()
+        checks = check_training(variants, data, device_for(resources.gpus), int(resources.cpus))
+        lanes = int((os.cpu_count() or 1) // max(resources.cpus, 1))
+        if resources.gpus:
+            lanes = int(1 // resources.gpus) if resources.gpus < 1 else 1
+    else:
+        init_ray(ray_config)
+        try:
+            checks = run_tasks(_preflight_task, {"preflight": list(variants)}, resources,
+                               "preflight", (resources, data))["preflight"]  # fmt: skip
+        except TasksFailedError as err:
+            raise PreflightError(str(err).split("preflight: ", 1)[-1]) from None
+        lanes = _cluster_lanes(resources)
+    if ray_config.max_concurrent_trials:
+        lanes = min(lanes, ray_config.max_concurrent_trials)
+    rates = ", ".join(f"{c.name.split('-')[0]} {c.seconds_per_step * 1e3:.0f} ms"
+                      for c in checks)  # fmt: skip
+    precisions = sorted({c.precision for c in checks})
+    logger.info("preflight: %d model families train in %s here (%.1f s); a step takes %s",
+                len(checks), "/".join(precisions), time.perf_counter() - start, rates)  # fmt: skip
+    forecast = estimate(variants, checks, lanes)
+    logger.info("%s", forecast.line())
+    return forecast
+
+
+def _cluster_lanes(resources: TaskResources) -> int:
+    import ray
+
+    available = ray.cluster_resources()
+    lanes = available.get("CPU", 1) // max(resources.cpus, 1e-9)
+    if resources.gpus:
+        lanes = min(lanes, available.get("GPU", 0) // resources.gpus)
+    return max(1, int(lanes))

@@ -68,12 +68,13 @@ from pipeline.scorers import catalogue
 
 logger = logging.getLogger(__name__)
 
-TRAINING_REVISION = 3
+TRAINING_REVISION = 4
 """Part of every variant's config hash (the key of the variant cache and of the resume
 state): raised when a code change alters what training computes for the same config (not
 for a refactor), so that neither hands back a variant trained by the code before it.
 1: up to the LSTM default; 2: the compiled additive-energy kernel (pipeline/kernels/native),
-whose rounding differs from the torch blocks'; 3: the plateau rule's learning-rate floor."""
+whose rounding differs from the torch blocks'; 3: the plateau rule's learning-rate floor;
+4: fp32 without TF32 on GPUs."""
 
 
 def variant_key(variant: Variant, data_hash: str) -> str:

@@ -5,6 +5,7 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.support import (
@@ -278,3 +279,69 @@ def test_two_independent_runs_of_a_study_give_identical_models_and_metrics(train
         curves = [pd.read_csv(r / "models" / variant_id / "history.csv") for r in (root, other)]
         columns = ["step", "dev_loss", "dev_bleu", "learning_rate"]
         pd.testing.assert_frame_equal(curves[0][columns], curves[1][columns])
+
+
+TRIAL_ONLY_FAILURE = """
+import sys
+
+import torch
+
+from pipeline.models.attention import Scorer
+from pipeline.scorers import register_scorer
+
+
+@register_scorer("trialfail", paper="test", formula="q . k, failing inside Ray workers")
+class TrialFail(Scorer):
+    def score_projected(self, query, keys):
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():  # a trial, not the driver's preflight
+            raise RuntimeError("no kernel for this shape")
+        return torch.bmm(query, keys.transpose(1, 2))
+"""
+
+
+def test_a_failure_before_the_first_step_is_not_retried_and_named_once(tmp_path):
+    """An error every attempt would repeat (before any step) ends the trial without
+    Tune's retry; the stage's one line names the cause once, with the variants it hit."""
+    root = tmp_path
+    params = make_project(root, grid={"scorer": ["none", "dot"], "seed": [1, 2]}, max_epochs=1)
+    (root / "scorers").mkdir()
+    (root / "scorers" / "trialfail.py").write_text(TRIAL_ONLY_FAILURE)
+    sections = yaml.safe_load(params.read_text())
+    sections["plugins"] = ["scorers/trialfail.py"]
+    sections["train"]["grid"]["scorer"] = ["none", "trialfail"]
+    params.write_text(yaml.safe_dump(sections))
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].count("no kernel for this shape") == 1, errors[0]
+    assert "2 of 4 variants failed" in errors[0]
+    assert "trialfail-fwd-h16-s1" in errors[0] and "trialfail-fwd-h16-s2" in errors[0]
+    log = last_sweep(root)
+    for variant_id, info in log["variants"].items():
+        if variant_id.startswith("trialfail"):
+            assert info["status"] == "failed" and info["attempts"] == 1, info
+        else:
+            assert info["status"] == "trained", info
+    # the study bar never counts a failed variant as done
+    bars = [line for line in result.stderr.replace("\r", "\n").splitlines() if "study:" in line]
+    assert bars and not any("4/4" in line for line in bars), bars[-3:]
+
+
+def test_a_precision_this_machine_cannot_train_stops_in_the_preflight(tmp_path):
+    """bf16 where the CPU has no native bf16 (forced with oneDNN's ISA cap): one line that
+    names train.precision, before Ray starts, in seconds."""
+    root = tmp_path
+    grid = {"scorer": ["none", "additive"], "cell": ["lstm"]}  # the GRU runs step by step
+    params = make_project(root, grid=grid, precision="bf16",
+                          max_epochs=1)  # fmt: skip
+    result = stage("stages.train", params, root, *train_args(root),
+                   extra_env={"ONEDNN_MAX_CPU_ISA": "AVX2"})  # fmt: skip
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].startswith("error: train.precision: bf16 cannot run"), errors[0]
+    assert "train.precision: fp32" in errors[0]
+    assert not (root / "ray_results").exists()  # stopped before Ray and Tune started
+    assert not (root / "mlflow.db").exists()
