@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -91,7 +92,7 @@ class DecodeResult:
     """What a decode task returns to the driver, which writes ``eval/<variant>/``."""
 
     hypotheses: list[str]  # detokenized, one per sentence of the split, in order
-    stats: dict[str, float]  # decoding time; attention entropy / monotonicity gap
+    stats: dict[str, Any]  # decoding time, numerics (precision, device); attention statistics
     attention: dict[str, np.ndarray] = field(default_factory=dict)  # sentence_<i> -> (T, S)
     pieces: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # their axes
 
@@ -133,8 +134,9 @@ def decode_variant(spec: DecodeSpec, data: TokenizedData) -> DecodeResult:
     seconds = time.perf_counter() - start
     result = DecodeResult(
         data.tgt_tokenizer.decode(hypotheses),
-        {"decode_seconds": seconds, "sentences_per_s": len(split) / seconds},
-    )
+        {"decode_seconds": seconds, "sentences_per_s": len(split) / seconds,
+         "precision": resolve(spec.evaluate.precision, device), "device": device},
+    )  # fmt: skip
     if loaded.model.has_attention:
         _attention_outputs(result, data, split, hypotheses, attentions, spec.examples)
     return result

@@ -343,6 +343,8 @@ def study_table(sweep: dict, summary: dict) -> pd.DataFrame:
                 "bleu_low": test.get("bleu_low"),
                 "bleu_high": test.get("bleu_high"),
                 "chrf": test.get("chrf"),
+                "train_precision": info.get("precision"),
+                "decode_precision": test.get("decode_precision"),
                 **train_metrics,
                 **tags,
                 "error": info.get("error") or "",
@@ -389,6 +391,7 @@ def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray, key: s
             "bleu_high": result["bleu_high"],
             "chrf": result["chrf"],
             **{_metric_name(b["bucket"])[5:]: b["bleu"] for b in result["by_length"]},
+            "decode_precision": result.get("precision"),
         }
         for variant_id, result in metrics.items()
     }

@@ -120,6 +120,22 @@ def _table_rows(table: pd.DataFrame) -> list[list[str]]:
     return [[_format_cell(row[c]) for c in TABLE_COLUMNS] for _, row in table.iterrows()]
 
 
+def numerics(table: pd.DataFrame) -> str:
+    """What the variants actually trained and decoded in (``precision: auto`` resolved),
+    with counts: "trained in fp32 (18 variants); decoded in fp32 (18 variants)"."""
+    parts = []
+    for column, verb in (("train_precision", "trained"), ("decode_precision", "decoded")):
+        values = table[column].dropna() if column in table else pd.Series(dtype=object)
+        counts = values.astype(str).value_counts().sort_index()
+        if counts.empty:
+            parts.append(f"{verb} in: not recorded")
+            continue
+        listed = ", ".join(f"{name} ({n} variant{'s' if n != 1 else ''})"
+                           for name, n in counts.items())  # fmt: skip
+        parts.append(f"{verb} in {listed}")
+    return "; ".join(parts) + " (weights, optimizer and loss in fp32; TF32 off on GPUs)"
+
+
 def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> dict[str, Any]:
     return {
         "git commit": git_commit(root),
@@ -129,7 +145,7 @@ def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> 
         "sacreBLEU signature": data.evaluation.get("signature", "unknown"),
         "decoding": f"beam {config.evaluate.beam_size}, length penalty "
         f"{config.evaluate.length_penalty}; verdicts also under greedy decoding",
-        "training precision": config.train.precision,
+        "numerics": numerics(data.table),
         "machine": machine(),
         "MLflow": f"experiment {experiment!r}: evaluation and test runs tagged "
         f"eval_key={data.evaluation.get('eval_key', 'unknown')}",
