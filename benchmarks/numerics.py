@@ -1,7 +1,7 @@
 """The study's numerics on different machines: one variant of the default grid trained for
 a few hundred steps on this machine, its dev loss and greedy dev BLEU at every evaluation.
 
-    python -m benchmarks.numerics --label avx2 --steps 1000             # this CPU, 1 thread
+    python -m benchmarks.numerics --label avx2 --steps 1000 --hidden 128  # this CPU, 1 thread
     ONEDNN_MAX_CPU_ISA=AVX2 python -m benchmarks.numerics --label capped
     python -m benchmarks.numerics --label h100 --device cuda             # a GPU
     python -m benchmarks.numerics --compare benchmarks/results/numerics/*.json
@@ -54,6 +54,10 @@ def run(args: argparse.Namespace) -> dict:
         update={"max_steps": args.steps, "precision": args.precision, "eval_every_steps": 200}
     )
     variant = replace(variant, train=train)
+    if args.hidden:  # another size of the same variant (embedding and hidden)
+        size = {"hidden_size": args.hidden, "embedding_size": args.hidden}
+        name = variant.id.replace(f"-h{variant.model.hidden_size}-", f"-h{args.hidden}-")
+        variant = replace(variant, id=name, model=variant.model.model_copy(update=size))
     data = TokenizedData.load(ROOT / args.tok)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
@@ -105,7 +109,8 @@ def main() -> None:
     cli.add_argument("--label", default="this-machine")
     cli.add_argument("--params", default=str(ROOT / "params.yaml"))
     cli.add_argument("--tok", default="data/tok")
-    cli.add_argument("--variant", default="additive-fwd-h128-s1")
+    cli.add_argument("--variant", default="additive-fwd-h256-s1", help="a variant of the grid")
+    cli.add_argument("--hidden", type=int, default=0, help="train it at this size instead")
     cli.add_argument("--steps", type=int, default=1000)
     cli.add_argument("--device", default="cpu")
     cli.add_argument("--precision", default="fp32")

@@ -85,7 +85,8 @@ def check_scorer_shapes(names: Iterable[str], hidden_size: int) -> None:
 def fail(key: str, precision: str, scorer: str, variant_ids: Sequence[str], device: str,
           err: Exception) -> None:  # fmt: skip
     """The one-line error for a family that cannot run: which key to change, and why."""
-    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    lines = str(err).strip().splitlines() or [type(err).__name__]
+    first = lines[0].split(". ")[0].rstrip(". ")  # oneDNN adds "Run workload with ..."
     ids = ", ".join(variant_ids[:3]) + (", ..." if len(variant_ids) > 3 else "")
     if precision == "bf16":
         hint = (f"{key}: bf16 cannot run the {scorer} model ({ids}) on "
