@@ -13,8 +13,15 @@ it (``-march=native``), so its folder is named by a hash of the source, the flag
 torch version and the CPU's model and flags: a cluster whose nodes differ (or share a
 home folder) builds one per kind of CPU, never loads another CPU's build. The folder is
 under ``$TORCH_EXTENSIONS_DIR`` if set, else ``~/.cache/attention-study/kernels``. A
-build takes about 22 s once per machine (21.6 s measured); concurrent processes (Ray trials) wait on
-torch's lock in that folder and then load the same build.
+build takes about 22 s once per machine (21.6 s measured).
+
+Concurrent processes (Ray trials) take an OS file lock in that folder (``filelock``:
+``flock``, released by the kernel when its holder dies, even by SIGKILL or a power
+loss), so one builds and the others wait, with a message, for at most
+:data:`BUILD_LOCK_TIMEOUT_S`, then load the same build. Torch's own lock (a file whose
+existence is the lock) outlives a killed holder and would make every later build wait
+forever; holding the OS lock, no other process of ours can be building, so such a file
+is stale: it is removed, with a one-line warning.
 
 ``ATTENTION_STUDY_NATIVE=off`` skips the kernels (the torch path everywhere). A failed
 build (no compiler, no ninja) logs one warning and falls back, so nothing depends on it.
@@ -22,6 +29,7 @@ build (no compiler, no ninja) logs one warning and falls back, so nothing depend
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -31,6 +39,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+from filelock import FileLock, Timeout
 
 from pipeline.runtime.precision import cpuinfo_fields
 
@@ -38,6 +47,14 @@ logger = logging.getLogger(__name__)
 
 ENV_SWITCH = "ATTENTION_STUDY_NATIVE"
 """Set to ``off`` (or ``0``, ``false``) to use the torch implementations only."""
+
+BUILD_LOCK_TIMEOUT_S = 900.0
+"""Longest wait for another process's build (a build takes under a minute); then the
+torch implementation is used, with a warning."""
+OS_LOCK = "build.flock"
+"""The OS file lock in a kernel's build folder."""
+TORCH_LOCK = "lock"
+"""torch's ``FileBaton`` file in the build folder (stale if present while we hold ours)."""
 
 SOURCE = Path(__file__).with_name("additive_energy.cpp")
 CFLAGS = ["-O3", "-march=native", "-fopenmp-simd"]
@@ -74,13 +91,14 @@ def _build(name: str, source: Path) -> ModuleType | None:
         _put_ninja_on_path()
         folder = _build_folder(name, source)
         folder.mkdir(parents=True, exist_ok=True)
-        module = cpp_extension.load(
-            name=f"attention_study_{name}_{folder.name[-12:]}",
-            sources=[str(source)],
-            extra_cflags=CFLAGS,
-            build_directory=str(folder),
-            verbose=False,
-        )
+        with _build_lock(folder):
+            module = cpp_extension.load(
+                name=f"attention_study_{name}_{folder.name[-12:]}",
+                sources=[str(source)],
+                extra_cflags=CFLAGS,
+                build_directory=str(folder),
+                verbose=False,
+            )
     except Exception as error:  # a missing compiler or ninja: the torch path instead
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         logger.warning(
@@ -90,6 +108,39 @@ def _build(name: str, source: Path) -> ModuleType | None:
         return None
     logger.info("compiled %s kernel loaded from %s", name, folder)
     return module
+
+
+class BuildLockTimeout(RuntimeError):
+    """Another process held a kernel's build lock past :data:`BUILD_LOCK_TIMEOUT_S`."""
+
+
+@contextlib.contextmanager
+def _build_lock(folder: Path, timeout: float | None = None):
+    """Hold ``folder``'s OS lock (waiting for another process's build, with a message and
+    a bound); remove torch's lock file if a dead process left it."""
+    timeout = BUILD_LOCK_TIMEOUT_S if timeout is None else timeout
+    lock = FileLock(folder / OS_LOCK)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.info("waiting for another process's kernel build in %s (at most %.0f s)",
+                    folder, timeout)  # fmt: skip
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise BuildLockTimeout(
+                f"{folder / OS_LOCK}: another process held the build lock for more than "
+                f"{timeout:.0f} s"
+            ) from None
+    try:
+        stale = folder / TORCH_LOCK
+        if stale.exists():
+            logger.warning("%s: a build lock left by a process that is gone (killed during "
+                           "a build); removed", stale)  # fmt: skip
+            stale.unlink(missing_ok=True)
+        yield
+    finally:
+        lock.release()
 
 
 def _build_folder(name: str, source: Path) -> Path:
