@@ -52,6 +52,11 @@ class RayConfig(Section):
     fails (it is reported as failed, never compared). Not a budget: how far a variant trains
     is set by the study's step cap and plateau rule, so results do not depend on the
     machine's speed."""
+    pending_timeout_minutes: float = Field(10.0, gt=0)
+    """Longest wait for a cluster that has fewer resources than one trial or decode task
+    asks for (workers lost, a label no node has, an autoscaler that adds nothing): after
+    this many minutes in a row the stage stops with one line saying what is missing.
+    Finished variants are kept; rerunning the stage resumes the rest."""
     max_failures: int = Field(1, ge=0)
     """Retries of a trial that raises before it is recorded as failed; a retry resumes
     from the trial's latest Tune checkpoint."""

@@ -216,7 +216,7 @@ def decode(config: Config, infra: Infra, data: TokenizedData, models_dir: Path,
     _preflight(config, infra, data, trained, resources)
     init_ray(infra.ray)
     done = run_tasks(decode_variant, {**specs, **greedy_specs}, resources, "decode test",
-                     (data,))  # fmt: skip
+                     (data,), infra.ray.pending_timeout_minutes)  # fmt: skip
     greedy = {i: done[f"{i}@greedy"].hypotheses for i in trained} if greedy_specs else None
     return Decoded({i: done[i] for i in trained}, greedy)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ CODE_EXCLUDES = ["__pycache__/", "*.pyc"]
 DEFAULT_STORAGE = ".ray_results"
 """Tune's storage when ``ray.storage_path`` is unset: a folder in the repo (the
 local run); a cluster sets a path every node sees, or an ``s3://``/``gs://`` URI."""
+
+
+WAIT_POLL_S = 5.0
+"""Seconds between looks at the cluster's resources while tasks are pending."""
 
 
 class TasksFailedError(ClusterError):
@@ -148,6 +153,54 @@ def root_cause(error: BaseException | str | None) -> str:
     return lines[-1].strip() if lines else "unknown error"
 
 
+# ------------------------------------------------------------------ waiting
+def missing_resources(resources: TaskResources) -> str | None:
+    """What the cluster's live nodes lack, in total, to run one task of ``resources``
+    ("CPU: 1 per trial, the cluster has 0"), or None if one fits."""
+    total = ray.cluster_resources()
+    wanted = {"CPU": resources.cpus, "GPU": resources.gpus, **resources.custom}
+    short = [
+        f"{name}: {amount:g} per trial, the cluster has {total.get(name, 0):g}"
+        for name, amount in wanted.items()
+        if amount and total.get(name, 0) < amount
+    ]
+    return "; ".join(short) or None
+
+
+class ResourceWatch:
+    """Bounds the wait for a cluster too small for one trial or task: :meth:`poll` says
+    why once the shortage has lasted ``minutes`` in a row (``ray.pending_timeout_minutes``
+    in infra.yaml), None until then. ``clock`` and ``probe`` are for tests."""
+
+    def __init__(self, resources: TaskResources, minutes: float, what: str,
+                 clock: Callable[[], float] = time.monotonic,
+                 probe: Callable[[TaskResources], str | None] = missing_resources):  # fmt: skip
+        self.resources, self.seconds, self.what = resources, 60 * minutes, what
+        self.clock, self.probe = clock, probe
+        self.since: float | None = None
+        self.warned = False
+
+    def poll(self) -> str | None:
+        missing = self.probe(self.resources)
+        if missing is None:
+            self.since, self.warned = None, False
+            return None
+        now = self.clock()
+        if self.since is None:
+            self.since = now
+        if not self.warned:
+            logger.warning("the cluster cannot run one %s now (%s); waiting at most %.0f min",
+                           self.what, missing, self.seconds / 60)  # fmt: skip
+            self.warned = True
+        if now - self.since < self.seconds:
+            return None
+        return (
+            f"ray.pending_timeout_minutes: no {self.what} could run for "
+            f"{(now - self.since) / 60:.1f} min: {missing}; finished work is kept: add nodes "
+            "(or change ray.resources_per_trial in infra.yaml), then run the stage again"
+        )
+
+
 # --------------------------------------------------------------------- tasks
 def run_tasks(
     function: Callable[..., Any],
@@ -155,12 +208,15 @@ def run_tasks(
     resources: TaskResources,
     description: str,
     shared: tuple[Any, ...] = (),
+    pending_timeout_minutes: float = 10.0,
 ) -> dict[str, Any]:
     """``function(item, *shared)`` for every item, as Ray tasks with ``resources``.
 
     ``shared`` objects are put in the object store once. Returns ``{key: result}``; if
     any task raised, :class:`TasksFailedError` names every failed key and its cause
-    after the others finished.
+    after the others finished. A cluster with fewer resources than one task for
+    ``pending_timeout_minutes`` in a row raises :class:`ClusterError` saying what is
+    missing (:class:`ResourceWatch`).
     """
     refs = [ray.put(value) for value in shared]
     # A GPU task's worker exits after it (as Ray's own default for num_gpus > 0 does), so
@@ -168,9 +224,17 @@ def run_tasks(
     remote = ray.remote(max_calls=1 if resources.gpus else 0, **resources.ray_options())(function)
     pending = {remote.remote(item, *refs): key for key, item in items.items()}
     results, errors = {}, {}
+    watch = ResourceWatch(resources, pending_timeout_minutes, f"{description} task")
     with tqdm(total=len(pending), desc=description, unit="task") as bar:
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_POLL_S)
+            if not done:
+                stuck = watch.poll()
+                if stuck:
+                    for ref in pending:
+                        ray.cancel(ref)
+                    raise ClusterError(stuck)
+                continue
             key = pending.pop(done[0])
             try:
                 results[key] = ray.get(done[0])

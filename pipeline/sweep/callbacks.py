@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from ray import tune
+from ray.tune.experiment import Trial
+from ray.tune.stopper import Stopper
 from tqdm import tqdm
 
 from pipeline.artifacts import VariantFiles
-from pipeline.runtime.cluster import ClusterError
+from pipeline.runtime.cluster import WAIT_POLL_S, ClusterError, ResourceWatch, TaskResources
 from pipeline.sweep.cache import VariantCache, checkpoint_uri
 from pipeline.sweep.trial import SETUP_ERROR, TrialSpec
 
@@ -111,3 +114,28 @@ class StudyProgress(tune.Callback):
 
     def on_experiment_end(self, trials, **info):
         self.bar.close()
+
+
+class PendingWatch(tune.Callback, Stopper):
+    """Driver side: ends the sweep when the cluster has had fewer resources than one trial
+    for ``ray.pending_timeout_minutes`` in a row while trials wait (workers lost, a label
+    no node has). Tune calls :meth:`on_step_begin` every loop and :meth:`stop_all` after;
+    the driver raises :attr:`reason` after ``fit()``."""
+
+    def __init__(self, resources: TaskResources, minutes: float):
+        self.watch = ResourceWatch(resources, minutes, "trial")
+        self.reason: str | None = None
+        self._next = 0.0
+
+    def on_step_begin(self, iteration, trials, **info):
+        if self.reason or time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + WAIT_POLL_S
+        if any(t.status == Trial.PENDING for t in trials):
+            self.reason = self.watch.poll()
+
+    def __call__(self, trial_id, result) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.reason is not None

@@ -51,7 +51,7 @@ from pipeline.runtime.cluster import (
 )
 from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.sweep.cache import VariantCache
-from pipeline.sweep.callbacks import OutputsCallback, StudyProgress
+from pipeline.sweep.callbacks import OutputsCallback, PendingWatch, StudyProgress
 from pipeline.sweep.tracking import MlflowCallback
 from pipeline.sweep.trial import (
     FINAL,
@@ -106,7 +106,8 @@ def _with_precision(variant: Variant, auto: str | None) -> Variant:
     return replace(variant, train=variant.train.model_copy(update={"precision": auto}))
 
 
-def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, callbacks):
+def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, callbacks,
+          stopper=None):  # fmt: skip
     ray_cfg = infra.ray
     resources = next(iter(todo.values())).resources
     trainable = tune.with_resources(
@@ -125,6 +126,7 @@ def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, cal
             name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",  # unique per driver
             storage_path=paths.storage,
             failure_config=tune.FailureConfig(max_failures=ray_cfg.max_failures),
+            stop=stopper,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),  # the latest holds all
             callbacks=callbacks,
             progress_reporter=reporter,
@@ -172,7 +174,8 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
     todo = {k: v for k, v in specs.items() if k not in outcomes}
     logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
     if todo:
-        preflight([s.variant for s in todo.values()], data, infra.ray, resources)
+        forecast = preflight([s.variant for s in todo.values()], data, infra.ray, resources)
+        todo = _scaled_timeouts(todo, forecast)
 
     parent_id, runs = None, {}
     if todo:
@@ -184,7 +187,11 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         tracking = MlflowCallback(tracker, parent_id, outputs, data, paths.tok_dir)
         try:
             progress = StudyProgress(len(todo))
-            grid = _tune(todo, data, infra, paths, [outputs, tracking, progress])
+            pending = PendingWatch(resources, infra.ray.pending_timeout_minutes)
+            grid = _tune(todo, data, infra, paths, [outputs, tracking, progress, pending],
+                         stopper=pending)  # fmt: skip
+            if pending.reason:
+                raise SweepInterruptedError(pending.reason)
             _raise_if_interrupted(grid, outputs)
         except SweepInterruptedError:
             raise  # its MLflow runs stay open: the rerun continues them
@@ -205,6 +212,28 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
     if sweep_failed:
         raise SweepFailedError(failure_summary(failed, len(specs)))
     return record
+
+
+SAFETY_FACTOR = 2.0
+"""A trial's safety time limit is at least this many times its variant's longest run on
+this machine (its step cap at the preflight's measured speed)."""
+
+
+def _scaled_timeouts(todo: dict[str, TrialSpec], forecast) -> dict[str, TrialSpec]:
+    """``ray.trial_timeout_minutes`` is a safety net against hangs, never a budget: on a
+    machine too slow for a variant to reach its step cap within it, the limit grows to
+    :data:`SAFETY_FACTOR` times that run, so how far a variant trains does not depend on
+    the machine's speed."""
+    limit = next(iter(todo.values())).trial_timeout_minutes
+    needed = SAFETY_FACTOR * forecast.longest_minutes
+    if not limit or needed <= limit:
+        return todo
+    logger.warning(
+        "ray.trial_timeout_minutes %.0f is less than %.0fx the longest variant's run at its "
+        "step cap on this machine (%.0f min); the safety limit is %.0f min",
+        limit, SAFETY_FACTOR, forecast.longest_minutes, needed,
+    )  # fmt: skip
+    return {k: replace(spec, trial_timeout_minutes=needed) for k, spec in todo.items()}
 
 
 def failure_summary(failed: list[VariantOutcome], total: int) -> str:

@@ -152,7 +152,9 @@ def resolve_auto_precision(ray_config, resources: TaskResources) -> str:
         return resolve("auto", device_for(resources.gpus))
     init_ray(ray_config)
     probe = {"probe": "auto"}
-    return run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,))["probe"]
+    done = run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,),
+                     ray_config.pending_timeout_minutes)  # fmt: skip
+    return done["probe"]
 
 
 def _preflight_task(variants, resources: TaskResources, data: TokenizedData):
@@ -178,7 +180,8 @@ def preflight(variants: list[Variant], data: TokenizedData, ray_config, resource
         init_ray(ray_config)
         try:
             checks = run_tasks(_preflight_task, {"preflight": list(variants)}, resources,
-                               "preflight", (resources, data))["preflight"]  # fmt: skip
+                               "preflight", (resources, data),
+                               ray_config.pending_timeout_minutes)["preflight"]  # fmt: skip
         except TasksFailedError as err:
             raise PreflightError(str(err).split("preflight: ", 1)[-1]) from None
         lanes = _cluster_lanes(resources)

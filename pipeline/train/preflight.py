@@ -116,6 +116,7 @@ class Estimate:
     expected_hours: float
     bound_hours: float
     concurrent: int
+    longest_minutes: float = 0.0  # the longest variant at its step cap, alone (0: no cap)
 
     def line(self) -> str:
         cap = f"at most {self.max_steps:,}" if self.max_steps else "no step cap"
@@ -137,7 +138,7 @@ def estimate(variants: Sequence[Variant], checks: Sequence[FamilyCheck], concurr
     expected steps are :data:`EXPECTED_SHARE_OF_CAP` of ``train.max_steps`` (its
     bound: the cap); without a cap, ``max_epochs`` epochs bound it."""
     per_step = {vid: c.seconds_per_step for c in checks for vid in c.variants}
-    expected = bound = 0.0
+    expected = bound = longest = 0.0
     expected_steps = max_steps = 0
     for variant in variants:
         cap = variant.train.max_steps
@@ -145,6 +146,7 @@ def estimate(variants: Sequence[Variant], checks: Sequence[FamilyCheck], concurr
         seconds = per_step.get(variant.id, 0.0) * (1 + EVALUATION_OVERHEAD)
         expected_steps, max_steps = expected_steps + steps, max_steps + cap
         expected, bound = expected + steps * seconds, bound + cap * seconds
+        longest = max(longest, cap * seconds / 60)
     lanes = max(1, min(concurrent, len(variants)))
     return Estimate(len(variants), expected_steps, max_steps, expected / lanes / 3600,
-                    bound / lanes / 3600, lanes)  # fmt: skip
+                    bound / lanes / 3600, lanes, longest)  # fmt: skip

@@ -243,3 +243,20 @@ def test_killed_driver_resumes_from_the_workers_tune_checkpoints(cluster):
         assert info["status"] == "finished" and info["resumed_at_step"] > 0, info
         assert info["node_id"] == cluster["worker_node_id"]
     assert all(v["status"] == "finished" for v in sweep["variants"].values())
+
+
+def test_a_cluster_without_the_resources_a_trial_needs_stops_within_its_bound(cluster):
+    """No node has what a trial asks for: the wait is bounded by
+    ray.pending_timeout_minutes and ends in one line saying what is missing."""
+    project = cluster["projects"] / "starved"
+    ray_params = _ray_params(cluster, "starved", resources_per_trial={"no_such_node": 1},
+                             pending_timeout_minutes=0.1)  # fmt: skip
+    params = make_project(project, ray=ray_params, grid={"scorer": ["none"]}, max_epochs=1)
+    result, seconds = _run("stages.train", params, project, cluster["env"], *train_args(project))
+    assert result.returncode == 1, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].startswith("error: ray.pending_timeout_minutes: no preflight task"), errors
+    assert "no_such_node: 1 per trial, the cluster has 0" in errors[0]
+    assert "run the stage again" in errors[0]
+    assert seconds < 120  # 6 s of waiting, plus Ray's start and the project's imports

@@ -184,3 +184,27 @@ def test_bf16_on_an_avx2_only_cpu_is_one_line_naming_the_key(tiny_tok_dir):
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: train.precision: bf16 cannot run")
     assert "set train.precision: fp32" in lines[0]
+
+
+def test_the_safety_limit_grows_on_a_machine_too_slow_for_it(make_variant):
+    """A trial's wall-clock safety net never cuts a variant short of its step cap: on a
+    slow machine it grows to twice the longest variant's run there."""
+    from pipeline.runtime.devices import TaskResources
+    from pipeline.sweep.driver import SAFETY_FACTOR, _scaled_timeouts
+    from pipeline.sweep.trial import TrialSpec
+
+    variants = [replace(make_variant("additive", max_steps=9000), id=f"v{i}") for i in (1, 2)]
+    specs = {v.id: TrialSpec(v, "hash", TaskResources(), trial_timeout_minutes=60)
+             for v in variants}  # fmt: skip
+    fast = [FamilyCheck("v1", ("v1", "v2"), "fp32", 0.1)]  # 9000 steps: 18.75 min
+    slow = [FamilyCheck("v1", ("v1", "v2"), "fp32", 0.5)]  # 93.75 min
+    assert estimate(variants, slow, 2).longest_minutes == pytest.approx(
+        9000 * 0.5 * (1 + EVALUATION_OVERHEAD) / 60
+    )
+    kept = _scaled_timeouts(specs, estimate(variants, fast, 2))
+    assert {s.trial_timeout_minutes for s in kept.values()} == {60}
+    grown = _scaled_timeouts(specs, estimate(variants, slow, 2))
+    expected = SAFETY_FACTOR * 9000 * 0.5 * (1 + EVALUATION_OVERHEAD) / 60
+    assert [s.trial_timeout_minutes for s in grown.values()] == pytest.approx([expected] * 2)
+    off = {k: replace(s, trial_timeout_minutes=0) for k, s in specs.items()}
+    assert _scaled_timeouts(off, estimate(variants, slow, 2)) == off  # 0: no limit at all

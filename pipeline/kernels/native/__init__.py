@@ -11,7 +11,11 @@ The build is torch's JIT extension build (``torch.utils.cpp_extension.load``: ni
 the C++ compiler torch finds, ``c++`` by default). It is compiled for the CPU that builds
 it (``-march=native``), so its folder is named by a hash of the source, the flags, the
 torch version and the CPU's model and flags: a cluster whose nodes differ (or share a
-home folder) builds one per kind of CPU, never loads another CPU's build. The folder is
+home folder) builds one per kind of CPU, never loads another CPU's build; the hash also
+names torch's folder, whose headers the build uses (one build per virtualenv), and the
+source is compiled from a copy in the folder, so checkouts at other paths (clones, DVC
+experiments' temporary copies, Ray's copy of the package) share the build instead of
+rebuilding it in turn. The folder is
 under ``$TORCH_EXTENSIONS_DIR`` if set, else ``~/.cache/attention-study/kernels``. A
 build takes about 22 s once per machine (21.6 s measured).
 
@@ -41,6 +45,7 @@ from types import ModuleType
 import torch
 from filelock import FileLock, Timeout
 
+from pipeline.io import write_text
 from pipeline.runtime.precision import cpuinfo_fields
 
 logger = logging.getLogger(__name__)
@@ -92,9 +97,15 @@ def _build(name: str, source: Path) -> ModuleType | None:
         folder = _build_folder(name, source)
         folder.mkdir(parents=True, exist_ok=True)
         with _build_lock(folder):
+            # compiled from a copy in the folder: a checkout elsewhere (another clone, a
+            # DVC experiment's temporary copy, Ray's copy of the package on a worker) has
+            # the same source at another path, which torch would take for a new build
+            copy = folder / source.name
+            if not copy.is_file() or copy.read_bytes() != source.read_bytes():
+                write_text(copy, source.read_text())
             module = cpp_extension.load(
                 name=f"attention_study_{name}_{folder.name[-12:]}",
-                sources=[str(source)],
+                sources=[str(copy)],
                 extra_cflags=CFLAGS,
                 build_directory=str(folder),
                 verbose=False,
@@ -148,6 +159,7 @@ def _build_folder(name: str, source: Path) -> Path:
     base = Path(root) if root else Path.home() / ".cache" / "attention-study" / "kernels"
     identity = hashlib.sha256()
     for part in (source.read_bytes(), " ".join(CFLAGS).encode(), torch.__version__.encode(),
+                 str(Path(torch.__file__).parent).encode(),  # its headers: one build per venv
                  _cpu_identity().encode()):  # fmt: skip
         identity.update(part)
         identity.update(b"\0")
