@@ -5,13 +5,18 @@ a few hundred steps on this machine, its dev loss and greedy dev BLEU at every e
     ONEDNN_MAX_CPU_ISA=AVX2 python -m benchmarks.numerics --label capped
     python -m benchmarks.numerics --label h100 --device cuda             # a GPU
     python -m benchmarks.numerics --compare benchmarks/results/numerics/*.json
+    python -m benchmarks.numerics --study-time --label amd-epyc-avx2   # the default study here
 
 Each run writes ``benchmarks/results/numerics/<label>.json`` (the history, the machine,
 torch's version, seconds per step); ``--compare`` prints a Markdown table of the runs side
 by side, step by step. Same params and data give the same steps and learning-rate
 schedule on every machine; what may differ is the rounding of the products. Drives
 ``train_variant`` directly (no Ray, MLflow or DVC), so it runs on a bare GPU machine too.
-Not part of the tests.
+``--study-time`` forecasts the default study's training on this machine: the train
+stage's preflight (every model family's seconds per step, one thread per trial), times
+the steps each variant of the committed study took to its plateau
+(``reports/summary.csv``), plus the evaluations' share, on one trial per core; written
+to ``<label>-study-time.json``. Not part of the tests.
 """
 
 from __future__ import annotations
@@ -85,6 +90,37 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def study_time(args: argparse.Namespace) -> dict:
+    import csv
+    import os
+
+    from pipeline.train.preflight import EVALUATION_OVERHEAD, check_training
+
+    prepare_process()
+    config = load_config(args.params)
+    variants = expand_grid(config)
+    data = TokenizedData.load(ROOT / args.tok)
+    start = time.perf_counter()
+    checks = check_training(variants, data, "cpu", threads=1)
+    seconds = time.perf_counter() - start
+    per_step = {v: c.seconds_per_step for c in checks for v in c.variants}
+    with (ROOT / "reports" / "summary.csv").open(newline="") as handle:
+        steps = {row["variant"]: int(float(row["steps"])) for row in csv.DictReader(handle)}
+    cores = os.cpu_count() or 1
+    total = sum(steps[v.id] * per_step[v.id] for v in variants) * (1 + EVALUATION_OVERHEAD)
+    return {
+        "label": args.label,
+        "machine": machine("cpu"),
+        "cores": cores,
+        "torch": torch.__version__,
+        "preflight_seconds": round(seconds, 1),
+        "ms_per_step": {c.name.split("-")[0]: round(c.seconds_per_step * 1e3) for c in checks},
+        "steps": sum(steps[v.id] for v in variants),
+        "evaluation_overhead": EVALUATION_OVERHEAD,
+        "train_hours": round(total / min(cores, len(variants)) / 3600, 2),
+    }
+
+
 def compare(paths: list[Path]) -> str:
     runs = [json.loads(p.read_text()) for p in paths]
     head = "| step | " + " | ".join(f"dev loss, {r['label']}" for r in runs)
@@ -117,9 +153,15 @@ def main() -> None:
     cli.add_argument("--threads", type=int, default=1, help="torch threads (a trial has 1)")
     cli.add_argument("--out", default=str(RESULTS))
     cli.add_argument("--compare", nargs="+", type=Path, help="result files to tabulate")
+    cli.add_argument("--study-time", action="store_true", help="forecast the default study")
     args = cli.parse_args()
     if args.compare:
         print(compare(args.compare))
+        return
+    if args.study_time:
+        record = study_time(args)
+        write_json(Path(args.out) / f"{args.label}-study-time.json", record)
+        print(json.dumps(record))
         return
     record = run(args)
     write_json(Path(args.out) / f"{args.label}.json", record)

@@ -344,7 +344,7 @@ def study_table(sweep: dict, summary: dict) -> pd.DataFrame:
                 "bleu_high": test.get("bleu_high"),
                 "chrf": test.get("chrf"),
                 "train_precision": info.get("precision"),
-                "decode_precision": test.get("decode_precision"),
+                "decode_precision": summary.get("decode_precision", {}).get(variant_id),
                 **train_metrics,
                 **tags,
                 "error": info.get("error") or "",
@@ -391,7 +391,6 @@ def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray, key: s
             "bleu_high": result["bleu_high"],
             "chrf": result["chrf"],
             **{_metric_name(b["bucket"])[5:]: b["bleu"] for b in result["by_length"]},
-            "decode_precision": result.get("precision"),
         }
         for variant_id, result in metrics.items()
     }
@@ -402,6 +401,7 @@ def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray, key: s
         "failed_variants": failed,
         "signature": next(iter(metrics.values()))["signature"],
         "attention_examples": examples.tolist(),
+        "decode_precision": {i: r.get("precision") for i, r in sorted(metrics.items())},
     }
     write_json(tmp / EVAL_SUMMARY, summary)
     write_text(

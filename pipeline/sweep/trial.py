@@ -36,6 +36,7 @@ from pipeline.runtime.cluster import (
 from pipeline.runtime.precision import resolve
 from pipeline.runtime.process import prepare_process
 from pipeline.scorers.plugins import PluginSource, load_plugins
+from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.train.preflight import Estimate, PreflightError, check_training, estimate
 from pipeline.train.probes import dev_attention_figure
 from pipeline.train.trainer import TimeLimit, TrainCallback, train_variant
@@ -157,10 +158,12 @@ def resolve_auto_precision(ray_config, resources: TaskResources) -> str:
     return done["probe"]
 
 
-def _preflight_task(variants, resources: TaskResources, data: TokenizedData):
-    """Ray task: :func:`pipeline.train.preflight.check_training` on a trial's hardware."""
+def _preflight_task(variants, resources: TaskResources, plugins, data: TokenizedData):
+    """Ray task: :func:`pipeline.train.preflight.check_training` on a trial's hardware
+    (with the plugin scorers' sources, which the worker lacks as files)."""
     device = claim_device(resources.gpus, resources.cpus)
     prepare_process()
+    load_plugins(list(plugins))
     return check_training(variants, data, device, int(resources.cpus))
 
 
@@ -179,8 +182,9 @@ def preflight(variants: list[Variant], data: TokenizedData, ray_config, resource
     else:
         init_ray(ray_config)
         try:
+            shared = (resources, tuple(loaded_plugins()), data)
             checks = run_tasks(_preflight_task, {"preflight": list(variants)}, resources,
-                               "preflight", (resources, data),
+                               "preflight", shared,
                                ray_config.pending_timeout_minutes)["preflight"]  # fmt: skip
         except TasksFailedError as err:
             raise PreflightError(str(err).split("preflight: ", 1)[-1]) from None

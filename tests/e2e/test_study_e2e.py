@@ -162,6 +162,8 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
         "additive-rev-h16-s1-lr0.01",
         "cosine-fwd-h16-s1-lr0.01",
     }
+    # what every variant decoded in (precision resolved), for the report's provenance
+    assert summary["decode_precision"] == {v: "fp32" for v in summary["variants"]}
     for values in summary["variants"].values():
         assert set(values) == {
             "bleu",

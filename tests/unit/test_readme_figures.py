@@ -173,6 +173,12 @@ def torch_versions(m: re.Match) -> list[tuple]:
     ]
 
 
+def avx2_study(m: re.Match) -> list[tuple]:
+    results = REPO_ROOT / "benchmarks" / "results" / "numerics"
+    record = json.loads((results / "amd-epyc-avx2-study-time.json").read_text())
+    return [(number(m[1]), record["cores"]), (number(m[2]), round(record["train_hours"]))]
+
+
 def pieces(m: re.Match) -> list[tuple]:
     return [(number(m[1]), params().tokenize.vocab_size)]
 
@@ -214,6 +220,11 @@ FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
         torch_versions,
     ),  # fmt: skip
     "subword pieces": (r"([\d,]+) pieces per language", pieces),
+    "the default study on an AVX2-only CPU": (
+        r"That is a (\d+)-core AMD EPYC with only, where the default study's training takes "
+        r"about (\d+) hours",
+        avx2_study,
+    ),
     "license year": (r"copyright (\d{4}) the attention-study authors", license_year),
     "cited paper": (r"Bahdanau, Cho and Bengio \((\d{4})\)", citation_year),
 }
