@@ -7,6 +7,7 @@ decode tasks return), and the sweep's own files under ``models/``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,14 @@ PLOTS_FILE = "bleu_by_length.csv"
 """``metrics/bleu_by_length.csv``: the DVC plots file (``dvc plots show``)."""
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class VariantFiles:
     """The files of one trained variant's folder."""
@@ -56,6 +65,9 @@ class VariantFiles:
     DEV_ATTENTION = "dev_attention.png"  # attention of one dev sentence (attention models)
     KEPT = (CHECKPOINT, HISTORY, CONFIG, RESULT, DEV_ATTENTION)
     """The files of a finished variant (``last.pt`` is dropped once it finished)."""
+    MANIFEST = "sha256.json"
+    """sha256 of each kept file, written when the variant enters the variant cache; a
+    restore verifies it (:meth:`damaged`)."""
 
     @property
     def checkpoint(self) -> Path:
@@ -89,6 +101,26 @@ class VariantFiles:
         except (OSError, ValueError):
             return None
         return result if result.get("config_hash") == config_hash else None
+
+    def digests(self) -> dict[str, str]:
+        """sha256 of each kept file present in the folder."""
+        return {name: _sha256(self.folder / name) for name in self.KEPT
+                if (self.folder / name).is_file()}  # fmt: skip
+
+    def damaged(self) -> str | None:
+        """Why the folder's files do not match its manifest (a file changed, truncated or
+        gone, or no manifest), or None when every recorded file is intact."""
+        try:
+            recorded = json.loads((self.folder / self.MANIFEST).read_text())
+        except (OSError, ValueError):
+            return f"no readable {self.MANIFEST}"
+        for name, digest in sorted(recorded.items()):
+            path = self.folder / name
+            if not path.is_file():
+                return f"{name} is missing"
+            if _sha256(path) != digest:
+                return f"{name} does not match its recorded sha256"
+        return None
 
     def logged(self) -> list[Path]:
         """The files logged as MLflow artifacts of the variant's child run."""

@@ -109,9 +109,11 @@ def load_checkpoint(
     source = path if data is None else io.BytesIO(data)
     try:
         payload = torch.load(source, map_location=device, weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, EOFError) as err:
+    except (RuntimeError, pickle.UnpicklingError, EOFError, IndexError, KeyError) as err:
+        first = (str(err).splitlines() or [type(err).__name__])[0]
         raise ValueError(
-            f"{path}: not a readable checkpoint ({str(err).splitlines()[0]})"
+            f"{path}: not a readable checkpoint ({first}); run `dvc repro train` again: "
+            "a variant whose files fail their recorded sha256 is retrained"
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
         raise ValueError(f"{path}: not a model checkpoint (format {FORMAT_VERSION})")

@@ -46,11 +46,14 @@ def checkpoint_uri(checkpoint: Any) -> str | None:
     return None if prefix is None else prefix + str(checkpoint.path)
 
 
-def copy_folder(source: Path, dest: Path, names: tuple[str, ...] | None = None) -> None:
+def copy_folder(source: Path, dest: Path, names: tuple[str, ...] | None = None,
+                manifest: dict[str, str] | None = None) -> None:  # fmt: skip
     """Replace ``dest`` with the files of ``source`` (only ``names``, if given; hard links
     where the filesystem allows: checkpoints are large and never modified in place),
-    atomically."""
+    atomically; with ``manifest``, also :data:`VariantFiles.MANIFEST`."""
     with atomic_dir(dest) as tmp:
+        if manifest is not None:
+            write_json(tmp / VariantFiles.MANIFEST, manifest)
         for path in sorted(source.iterdir()):
             if not path.is_file() or (names is not None and path.name not in names):
                 continue
@@ -73,19 +76,31 @@ class VariantCache:
         return self.files(config_hash).finished(config_hash)
 
     def store(self, source: Path, config_hash: str) -> None:
-        """Keep the finished variant in ``source`` (its :data:`VariantFiles.KEPT` files)."""
+        """Keep the finished variant in ``source`` (its :data:`VariantFiles.KEPT` files)
+        with the sha256 of each (:data:`VariantFiles.MANIFEST`)."""
         try:
-            copy_folder(source, self.files(config_hash).folder, VariantFiles.KEPT)
+            copy_folder(source, self.files(config_hash).folder, VariantFiles.KEPT,
+                        manifest=VariantFiles(source).digests())  # fmt: skip
         except OSError:
             if self.finished(config_hash) is None:
                 raise
             # another writer (a queued experiment) stored the same config meanwhile
 
     def restore(self, config_hash: str, dest: Path) -> dict[str, Any] | None:
-        """Copy the cached variant into ``dest``; its result, or ``None`` if not cached."""
+        """Copy the cached variant into ``dest``; its result, or ``None`` if not cached.
+        An entry whose files fail their recorded sha256 is not cached: it is removed
+        (one warning naming it) and the variant retrains."""
         result = self.finished(config_hash)
-        if result is not None:
-            copy_folder(self.files(config_hash).folder, dest)
+        if result is None:
+            return None
+        entry = self.files(config_hash)
+        damage = entry.damaged()
+        if damage:
+            logger.warning("variant cache entry %s: %s; removed, the variant retrains",
+                           entry.folder, damage)  # fmt: skip
+            shutil.rmtree(entry.folder, ignore_errors=True)
+            return None
+        copy_folder(entry.folder, dest)
         return result
 
     # ------------------------------------------------------------------ resume
@@ -137,7 +152,7 @@ def adopt(models_dir: Path, cache: VariantCache) -> list[str]:
             logger.warning("%s: unreadable, skipped", result)
             continue
         if cache.finished(config_hash) is None:
-            copy_folder(folder, cache.files(config_hash).folder, VariantFiles.KEPT)
+            cache.store(folder, config_hash)
         adopted.append(folder.name)
     return adopted
 

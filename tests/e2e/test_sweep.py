@@ -5,9 +5,11 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
+from pipeline.models.checkpoint import load_checkpoint
 from tests.support import (
     kill_train_when_resumable,
     last_sweep,
@@ -345,3 +347,26 @@ def test_a_precision_this_machine_cannot_train_stops_in_the_preflight(tmp_path):
     assert "train.precision: fp32" in errors[0]
     assert not (root / "ray_results").exists()  # stopped before Ray and Tune started
     assert not (root / "mlflow.db").exists()
+
+
+def test_a_corrupted_cached_variant_is_retrained_not_served(tmp_path):
+    """64 flipped bytes inside a finished variant's checkpoint (models/ and the variant
+    cache share the file): the rerun names the damaged entry, retrains the variant and
+    serves the retrained weights, which equal the first run's."""
+    root = tmp_path
+    params = make_project(root, grid={"scorer": ["none"]}, max_epochs=1)
+    first = stage("stages.train", params, root, *train_args(root))
+    assert first.returncode == 0, first.stderr[-3000:]
+    model = root / "models" / "none-fwd-h16-s1" / "checkpoint.pt"
+    weights = load_checkpoint(model).model.state_dict()
+    (entry,) = (root / ".study_cache" / "variants").glob("*/checkpoint.pt")
+    data = bytearray(entry.read_bytes())
+    data[2000:2064] = bytes(b ^ 0xFF for b in data[2000:2064])
+    with open(entry, "r+b") as handle:  # in place, as a disk error would
+        handle.write(data)
+    rerun = stage("stages.train", params, root, *train_args(root))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"variant cache entry {entry.parent}: checkpoint.pt does not match" in rerun.stderr
+    assert last_sweep(root)["variants"]["none-fwd-h16-s1"]["status"] == "trained"
+    retrained = load_checkpoint(model).model.state_dict()
+    assert all(torch.equal(retrained[k], weights[k]) for k in weights)
