@@ -106,9 +106,21 @@ def _with_precision(variant: Variant, auto: str | None) -> Variant:
     return replace(variant, train=variant.train.model_copy(update={"precision": auto}))
 
 
+class _ProjectResumeAdvice(logging.Filter):
+    """Drops Tune's "Resume experiment with: Tuner.restore(...)" on an interrupt: this
+    project resumes by running the stage again (:class:`SweepInterruptedError` says so)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tuner.restore" not in record.getMessage()
+
+
+_RESUME_FILTER = _ProjectResumeAdvice()
+
+
 def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, callbacks,
           stopper=None):  # fmt: skip
     ray_cfg = infra.ray
+    logging.getLogger("ray.tune.tune").addFilter(_RESUME_FILTER)  # once: a set of filters
     resources = next(iter(todo.values())).resources
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, specs=todo, data=data), resources.tune_resources()

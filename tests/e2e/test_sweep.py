@@ -227,6 +227,7 @@ def test_ctrl_c_leaves_a_resumable_sweep_and_says_so(tmp_path):
     errors = [line for line in outcome["stderr"].splitlines() if line.startswith("error:")]
     assert outcome["returncode"] != 0 and len(errors) == 1, outcome["stderr"][-2000:]
     assert "interrupted" in errors[0] and "resume" in errors[0]
+    assert "Tuner.restore" not in outcome["stderr"]  # resume advice from the project only
     (parent,) = [r.info.run_id for r in runs(root, "sweep")[1] if r.info.status == "RUNNING"]
 
     result = stage("stages.train", params, root, *train_args(root))
