@@ -47,6 +47,17 @@ class FamilyCheck:
     seconds_per_step: float  # median of the timed training steps (0 for decoding checks)
 
 
+FAMILY_AXES = frozenset({"reverse_source"})
+"""Model fields that do not change what a step computes or costs (the seed, a train field,
+does not either): one check covers variants that differ only in them."""
+
+
+def family_key(model: ModelConfig) -> str:
+    """What makes two models one family for the preflight (all fields but
+    :data:`FAMILY_AXES`)."""
+    return repr(sorted(model.model_dump(exclude=set(FAMILY_AXES)).items()))
+
+
 def build_model(config: ModelConfig, data: TokenizedData, device: str) -> Seq2Seq:
     """The family's model at its real size, seeded, untrained."""
     torch.manual_seed(0)
@@ -113,8 +124,7 @@ def check_decoding(
     resolved = resolve(precision, device)
     groups: dict[str, list[str]] = {}
     for variant_id, model in models.items():
-        key = repr(sorted(model.model_dump(exclude={"reverse_source"}).items()))
-        groups.setdefault(key, []).append(variant_id)
+        groups.setdefault(family_key(model), []).append(variant_id)
     checks = []
     for ids in groups.values():
         config = models[ids[0]]

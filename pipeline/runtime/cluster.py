@@ -104,14 +104,10 @@ def init_ray(config: RayConfig) -> None:
 
 def _check_resources(config: RayConfig, local: bool) -> None:
     """Refuse work that can never be scheduled (a local Ray gains no nodes)."""
-    available = ray.cluster_resources()
-    wanted = {"GPU": ("ray.gpus_per_trial", config.gpus_per_trial)}
-    for name, amount in config.resources_per_trial.items():
-        wanted[name] = (f"ray.resources_per_trial.{name}", amount)
-    for name, (key, amount) in wanted.items():
-        have = available.get(name, 0)
-        if amount <= have:
-            continue
+    for name, amount, have in shortages(TaskResources.from_config(config)):
+        if name == "CPU":
+            continue  # a trial waits for CPUs: ray.pending_timeout_minutes bounds that wait
+        key = "ray.gpus_per_trial" if name == "GPU" else f"ray.resources_per_trial.{name}"
         hint = " (is torch's CUDA build installed, and do the nodes have GPUs?)"
         message = f"{key}: {amount:g} {name} per trial, but the Ray cluster has {have:g}"
         message += hint if name == "GPU" else ""
@@ -154,16 +150,20 @@ def root_cause(error: BaseException | str | None) -> str:
 
 
 # ------------------------------------------------------------------ waiting
+def shortages(resources: TaskResources) -> list[tuple[str, float, float]]:
+    """``(resource, per task, the cluster's live nodes in total)`` for each resource the
+    cluster has less of than one task of ``resources`` asks for."""
+    total = ray.cluster_resources()
+    wanted = {"CPU": resources.cpus, "GPU": resources.gpus, **resources.custom}
+    return [(name, amount, total.get(name, 0)) for name, amount in wanted.items()
+            if amount and total.get(name, 0) < amount]  # fmt: skip
+
+
 def missing_resources(resources: TaskResources) -> str | None:
     """What the cluster's live nodes lack, in total, to run one task of ``resources``
     ("CPU: 1 per trial, the cluster has 0"), or None if one fits."""
-    total = ray.cluster_resources()
-    wanted = {"CPU": resources.cpus, "GPU": resources.gpus, **resources.custom}
-    short = [
-        f"{name}: {amount:g} per trial, the cluster has {total.get(name, 0):g}"
-        for name, amount in wanted.items()
-        if amount and total.get(name, 0) < amount
-    ]
+    short = [f"{name}: {amount:g} per trial, the cluster has {have:g}"
+             for name, amount, have in shortages(resources)]  # fmt: skip
     return "; ".join(short) or None
 
 

@@ -177,9 +177,10 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
     for variant_id, spec in specs.items():
         folder = paths.models_dir / variant_id
         cached = VariantFiles(folder).finished(spec.config_hash)
-        if cached is not None and VariantFiles(folder).damaged():
+        damage = cached is not None and VariantFiles(folder).damaged()
+        if damage:
             logger.warning("%s: %s; taken again from the variant cache or retrained",
-                           folder, VariantFiles(folder).damaged())  # fmt: skip
+                           folder, damage)  # fmt: skip
             cached = None
         if cached is None:
             cached = paths.cache.restore(spec.config_hash, folder)

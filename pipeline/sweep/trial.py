@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import ray
+import torch
 from ray import tune
 
 from pipeline.artifacts import VariantFiles
@@ -176,9 +178,8 @@ def preflight(variants: list[Variant], data: TokenizedData, ray_config, resource
     if ray_address(ray_config) is None:
         prepare_process()
         checks = check_training(variants, data, device_for(resources.gpus), int(resources.cpus))
-        lanes = int((os.cpu_count() or 1) // max(resources.cpus, 1))
-        if resources.gpus:
-            lanes = int(1 // resources.gpus) if resources.gpus < 1 else 1
+        gpus = torch.cuda.device_count() if resources.gpus else 0
+        lanes = _lanes({"CPU": os.cpu_count() or 1, "GPU": gpus}, resources)
     else:
         init_ray(ray_config)
         try:
@@ -188,7 +189,7 @@ def preflight(variants: list[Variant], data: TokenizedData, ray_config, resource
                                ray_config.pending_timeout_minutes)["preflight"]  # fmt: skip
         except TasksFailedError as err:
             raise PreflightError(str(err).split("preflight: ", 1)[-1]) from None
-        lanes = _cluster_lanes(resources)
+        lanes = _lanes(ray.cluster_resources(), resources)
     if ray_config.max_concurrent_trials:
         lanes = min(lanes, ray_config.max_concurrent_trials)
     rates = ", ".join(f"{c.name.split('-')[0]} {c.seconds_per_step * 1e3:.0f} ms"
@@ -201,10 +202,8 @@ def preflight(variants: list[Variant], data: TokenizedData, ray_config, resource
     return forecast
 
 
-def _cluster_lanes(resources: TaskResources) -> int:
-    import ray
-
-    available = ray.cluster_resources()
+def _lanes(available: dict[str, float], resources: TaskResources) -> int:
+    """How many trials of ``resources`` fit at once in ``available`` (CPUs, GPUs)."""
     lanes = available.get("CPU", 1) // max(resources.cpus, 1e-9)
     if resources.gpus:
         lanes = min(lanes, available.get("GPU", 0) // resources.gpus)

@@ -29,6 +29,7 @@ from pipeline.models.preflight import (  # noqa: F401  (PreflightError: re-expor
     build_model,
     check_scorer_shapes,
     fail,
+    family_key,
 )
 from pipeline.runtime.precision import resolve
 from pipeline.train.trainer import make_optimizer, optimizer_step
@@ -37,9 +38,6 @@ WARMUP_STEPS = 2
 """Untimed steps first (oneDNN builds its primitives, the allocator grows its pools)."""
 TIMED_STEPS = 5
 """Optimizer steps timed per family after the warm-up; the estimate uses their median."""
-
-FAMILY_AXES = ("seed", "reverse_source")
-"""Axes that do not change what a step computes or costs: one check covers them all."""
 
 EXPECTED_SHARE_OF_CAP = 0.5
 """The expected steps of a variant, as a share of ``train.max_steps``: the cap is set to
@@ -54,14 +52,13 @@ the default grid's trials in fp32 on a 2-core AVX2 CPU, hidden 128 and 256
 
 
 def families(variants: Iterable[Variant]) -> dict[str, list[Variant]]:
-    """Variants grouped by what a training step computes (all but :data:`FAMILY_AXES`);
-    keyed by the first variant's id."""
+    """Variants grouped by what a training step computes and costs (the model's
+    :func:`~pipeline.models.preflight.family_key`, the batch size, the precision); keyed
+    by the first variant's id."""
     groups: dict[str, list[Variant]] = {}
-    keys: dict[str, str] = {}
+    keys: dict[tuple, str] = {}
     for variant in variants:
-        model = variant.model.model_dump(exclude={"reverse_source"})
-        train = variant.train.model_dump(include={"batch_tokens", "precision"})
-        key = repr(sorted({**model, **train}.items()))
+        key = (family_key(variant.model), variant.train.batch_tokens, variant.train.precision)
         first = keys.setdefault(key, variant.id)
         groups.setdefault(first, []).append(variant)
     return groups

@@ -99,9 +99,10 @@ def _build(name: str, source: Path) -> ModuleType | None:
         with _build_lock(folder):
             # compiled from a copy in the folder: a checkout elsewhere (another clone, a
             # DVC experiment's temporary copy, Ray's copy of the package on a worker) has
-            # the same source at another path, which torch would take for a new build
+            # the same source at another path, which torch would take for a new build;
+            # the folder's name hashes the source, so a copy there is this source
             copy = folder / source.name
-            if not copy.is_file() or copy.read_bytes() != source.read_bytes():
+            if not copy.is_file():
                 write_text(copy, source.read_text())
             module = cpp_extension.load(
                 name=f"attention_study_{name}_{folder.name[-12:]}",
