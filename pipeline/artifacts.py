@@ -7,11 +7,12 @@ decode tasks return), and the sweep's own files under ``models/``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pipeline.io import sha256_file
 
 SWEEP_FILE = "sweep.json"
 """``models/sweep.json``: status, config hash and training summary of every variant
@@ -41,14 +42,6 @@ VARIANT_PLOTS_FILE = "test_bleu.csv"
 """``metrics/test_bleu.csv``: test BLEU per variant (``dvc plots show``)."""
 PLOTS_FILE = "bleu_by_length.csv"
 """``metrics/bleu_by_length.csv``: the DVC plots file (``dvc plots show``)."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -104,7 +97,7 @@ class VariantFiles:
 
     def digests(self) -> dict[str, str]:
         """sha256 of each kept file present in the folder."""
-        return {name: _sha256(self.folder / name) for name in self.KEPT
+        return {name: sha256_file(self.folder / name) for name in self.KEPT
                 if (self.folder / name).is_file()}  # fmt: skip
 
     def damaged(self) -> str | None:
@@ -118,7 +111,7 @@ class VariantFiles:
             path = self.folder / name
             if not path.is_file():
                 return f"{name} is missing"
-            if _sha256(path) != digest:
+            if sha256_file(path) != digest:
                 return f"{name} does not match its recorded sha256"
         return None
 

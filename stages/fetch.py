@@ -11,7 +11,7 @@ logger = logging.getLogger("stages.fetch")
 
 
 def main(args, config) -> None:
-    summary = fetch(config.fetch, args.out)
+    summary = fetch(config.fetch, args.out, args.inputs)
     splits = ", ".join(f"{k} {v['pairs']}" for k, v in summary["splits"].items())
     logger.info("wrote %s: %d clean pairs (%s)", args.out, summary["counts"]["clean"], splits)
 
@@ -19,4 +19,7 @@ def main(args, config) -> None:
 if __name__ == "__main__":
     cli = parser(__doc__)
     cli.add_argument("--out", default="data/raw", help="output folder (default: data/raw)")
+    cli.add_argument(
+        "--inputs", default=None, help="the inputs stage's record to check the corpus against"
+    )
     run(main, cli)

@@ -12,6 +12,7 @@ import http.server
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -215,6 +216,12 @@ def kill_train_when_resumable(
             pass
         process.wait()
     return finished, checkpointed
+
+
+def stages_run(dvc_stdout: str) -> set[str]:
+    """The stages a ``dvc repro`` ran, minus ``inputs`` (always run: it rewrites an
+    identical record when the corpus is unchanged, and nothing after it reruns)."""
+    return set(re.findall(r"Running stage '([\w-]+)'", dvc_stdout)) - {"inputs"}
 
 
 def needs_browser() -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from pipeline.config.params import FetchConfig
 from pipeline.data.cleaning import clean_pairs
+from pipeline.data.inputs import check_inputs
 from pipeline.data.pairs import tsv_text
 from pipeline.data.sources import read_corpus
 from pipeline.data.split import Split, bucket_label, length_bucket, split_pairs
@@ -70,8 +71,11 @@ def corpus_summary(raw, cleaned, split: Split, config: FetchConfig, hashes: dict
     }
 
 
-def fetch(config: FetchConfig, out_dir: str | Path) -> dict[str, Any]:
-    """Run the whole fetch stage into ``out_dir``; returns the corpus summary."""
+def fetch(config: FetchConfig, out_dir: str | Path, inputs: str | Path | None = None) -> dict:
+    """Run the whole fetch stage into ``out_dir``; returns the corpus summary. With
+    ``inputs`` (the inputs stage's record, :mod:`pipeline.data.inputs`), the corpus must
+    still match it."""
+    check_inputs(config, inputs)
     raw = read_corpus(config)
     logger.info("read %d pairs; source fixes: %s", len(raw.pairs), dict(raw.fixes))
     cleaned = clean_pairs(raw.pairs, config.clean)

@@ -183,23 +183,30 @@ def parse_tsv(text: str, where: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _read_local(path: str | None, key: str) -> str:
-    if not path:
-        raise CorpusError(f"fetch.{key}: required for this source")
-    file = Path(path)
-    if not file.is_file():
-        raise CorpusError(f"{file}: corpus file not found (fetch.{key})")
+def local_file(config: FetchConfig, key: str) -> Path:
+    """The local file that ``fetch.<key>`` names; a one-line error if unset or missing."""
+    value = getattr(config, key)
+    if not value:
+        raise CorpusError(f"fetch.{key}: required for source {config.source!r}")
+    path = Path(value)
+    if not path.is_file():
+        raise CorpusError(f"{path}: corpus file not found (fetch.{key})")
+    return path
+
+
+def _read_local(config: FetchConfig, key: str) -> str:
+    file = local_file(config, key)
     return _decode(file.read_bytes(), str(file))
 
 
 def read_tsv(config: FetchConfig) -> RawCorpus:
-    pairs = parse_tsv(_read_local(config.path, "path"), str(config.path))
+    pairs = parse_tsv(_read_local(config, "path"), str(config.path))
     return RawCorpus(pairs, {"source": "tsv", "path": str(config.path)})
 
 
 def read_moses(config: FetchConfig) -> RawCorpus:
-    sources = _read_local(config.path, "path").splitlines()
-    targets = _read_local(config.path_target, "path_target").splitlines()
+    sources = _read_local(config, "path").splitlines()
+    targets = _read_local(config, "path_target").splitlines()
     if len(sources) != len(targets):
         raise CorpusError(
             f"{config.path}, {config.path_target}: {len(sources)} source lines but"

@@ -1,5 +1,6 @@
 """The fetch/tokenize stages as users run them: CLI processes and the real DVC pipeline."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import pytest
 import yaml
 
+from pipeline.io import sha256_file
 from tests.support import REPO_ROOT, synthetic_pairs, write_params, write_tsv
 
 SMALL = {
@@ -85,7 +87,10 @@ def test_failed_rerun_keeps_previous_outputs(tmp_path):
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def test_dvc_repro_fetch_tokenize_then_nothing_to_do(tmp_path):
+def test_dvc_repro_reruns_on_a_corpus_edit_and_nothing_otherwise(tmp_path):
+    """The local corpus a param names is a dependency: an unchanged file reruns nothing
+    (the always-run inputs stage rewrites an identical record); an edit reruns fetch and
+    tokenize."""
     project = tmp_path / "project"
     project.mkdir()
     for name in ("pipeline", "stages"):
@@ -93,7 +98,7 @@ def test_dvc_repro_fetch_tokenize_then_nothing_to_do(tmp_path):
             REPO_ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__")
         )
     dvc_yaml = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())
-    dvc_yaml["stages"] = {k: dvc_yaml["stages"][k] for k in ("fetch", "tokenize")}
+    dvc_yaml["stages"] = {k: dvc_yaml["stages"][k] for k in ("inputs", "fetch", "tokenize")}
     (project / "dvc.yaml").write_text(yaml.safe_dump(dvc_yaml, sort_keys=False))
     write_params(project / "params.yaml", SMALL)
     write_tsv(project / "corpus.tsv", synthetic_pairs(600))
@@ -108,16 +113,55 @@ def test_dvc_repro_fetch_tokenize_then_nothing_to_do(tmp_path):
     dvc = [sys.executable, "-m", "dvc"]
     assert sh("git", "init", "-q").returncode == 0
     assert sh(*dvc, "init", "-q").returncode == 0
-    first = sh(*dvc, "repro", "fetch", "tokenize")
+    first = sh(*dvc, "repro", "tokenize")
     assert first.returncode == 0, first.stderr
     for name in ("train.tsv", "dev.tsv", "test.tsv", "corpus.json"):
         assert (project / "data" / "raw" / name).is_file()
     for name in ("src.model", "tgt.model", "train.npz", "dev.npz", "test.npz", "stats.json"):
         assert (project / "data" / "tok" / name).is_file()
-    second = sh(*dvc, "repro", "fetch", "tokenize")
-    assert second.returncode == 0
-    assert "Running stage" not in second.stdout
-    assert "up to date" in second.stdout
+    second = sh(*dvc, "repro", "tokenize")
+    assert second.returncode == 0, second.stderr
+    assert "Running stage 'inputs'" in second.stdout
+    assert "Running stage 'fetch'" not in second.stdout
+    assert "Running stage 'tokenize'" not in second.stdout
+
+    edited = synthetic_pairs(600)
+    edited[0] = ("an edited first line", "una primera linea editada")
+    write_tsv(project / "corpus.tsv", edited)
+    status = sh(*dvc, "status")  # DVC cannot look inside a param's path: it says so
+    assert status.returncode == 0 and "inputs" in status.stdout, status.stdout
+    assert "always changed" in status.stdout, status.stdout
+    third = sh(*dvc, "repro", "tokenize")
+    assert third.returncode == 0, third.stderr
+    assert "Running stage 'fetch'" in third.stdout and "Running stage 'tokenize'" in third.stdout
+    corpus = json.loads((project / "data" / "raw" / "corpus.json").read_text())
+    record = json.loads((project / "data" / "inputs.json").read_text())
+    assert record["files"]["fetch.path"]["sha256"] == sha256_file(project / "corpus.tsv")
+    assert corpus["counts"]["read"] == 600
+    all_raw = "".join(
+        (project / "data" / "raw" / f"{n}.tsv").read_text() for n in ("train", "dev", "test")
+    )
+    assert "an edited first line" in all_raw
+
+
+def test_a_corpus_edited_after_its_record_is_refused(tmp_path):
+    write_tsv(tmp_path / "corpus.tsv", synthetic_pairs(600))
+    params_file = write_params(tmp_path / "params.yaml", SMALL)
+    record = tmp_path / "inputs.json"
+    common = ("--params", str(params_file))
+    assert run_stage("stages.inputs", *common, "--out", str(record), cwd=tmp_path).returncode == 0
+    with (tmp_path / "corpus.tsv").open("a") as handle:
+        handle.write("one more\tuna mas\n")
+    out = tmp_path / "raw"
+    result = run_stage(
+        "stages.fetch", *common, "--inputs", str(record), "--out", str(out), cwd=tmp_path
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: fetch.path: the corpus changed after {record} was written; run dvc repro again"
+    ], result.stderr
+    assert not out.exists()
 
 
 def test_an_empty_params_file_is_refused_in_one_line(tmp_path):
