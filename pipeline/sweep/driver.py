@@ -20,7 +20,8 @@
   unfinished variant its latest checkpoint, recorded in the variant cache.
   (``Tuner.restore`` does not fit: the set of variants to train differs between runs,
   as finished ones drop out and grids grow.)
-- **Tracking** is driver-side (:mod:`pipeline.sweep.tracking`): one MLflow writer.
+- **Tracking** is driver-side (:mod:`pipeline.sweep.tracking`): one MLflow writer, which
+  never makes Tune wait (:mod:`pipeline.tracking.outbox`).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ from pipeline.sweep.trial import (
     resolve_auto_precision,
     run_trial,
 )
-from pipeline.tracking.store import UNFINISHED, Tracker
+from pipeline.tracking.outbox import Outbox, pending_journals, send_pending
+from pipeline.tracking.store import UNFINISHED, Tracker, TrackingError
 from pipeline.train.trainer import variant_key
 
 logger = logging.getLogger(__name__)
@@ -194,14 +196,14 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         forecast = preflight([s.variant for s in todo.values()], data, infra.ray, resources)
         todo = _scaled_timeouts(todo, forecast)
 
-    parent_id, runs = None, {}
+    outbox, runs, kept = None, {}, 0
     if todo:
         init_ray(infra.ray)  # before MLflow: a cluster that cannot run it fails here
-        tracker = Tracker(infra)
-        parent_id = _parent_run(tracker, config, infra, data_hash, specs)
+        outbox = Outbox(Tracker(infra), infra.cache_dir)  # a store that cannot be used fails here
+        _parent_run(outbox, config, infra, data_hash, specs)
         todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
         outputs = OutputsCallback(todo, paths.models_dir, paths.cache)
-        tracking = MlflowCallback(tracker, parent_id, outputs, data, paths.tok_dir)
+        tracking = MlflowCallback(outbox, SWEEP_REF, outputs, data, paths.tok_dir)
         try:
             progress = StudyProgress(len(todo))
             pending = PendingWatch(resources, infra.ray.pending_timeout_minutes)
@@ -211,21 +213,31 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
                 raise SweepInterruptedError(pending.reason)
             _raise_if_interrupted(grid, outputs)
         except SweepInterruptedError:
-            raise  # its MLflow runs stay open: the rerun continues them
-        except Exception:
-            tracker.finish(parent_id, "FAILED")
+            outbox.close()  # its MLflow runs stay open: the rerun continues them
+            raise
+        except BaseException:
+            outbox.finish(SWEEP_REF, "FAILED")
+            outbox.close()
             raise
         outcomes.update(_collect(todo, grid, outputs))
-        runs = tracking.runs
+    elif pending_journals(infra.cache_dir):  # records an earlier run could not send
+        try:
+            send_pending(Tracker(infra), infra.cache_dir)
+        except TrackingError as err:
+            logger.warning("tracking records of earlier runs not sent yet: %s", err)
     _write_summary(paths.models_dir, specs, outcomes, data_hash)
     failed = [o for o in outcomes.values() if o.status == "failed"]
     sweep_failed = bool(failed) and not config.train.allow_partial
-    record = _write_last_sweep(paths, specs, outcomes, parent_id, runs, time.time() - started)
-    if parent_id:
-        counts = {f"variants_{k}": v for k, v in record["counts"].items()}
-        tracker.log_metrics(parent_id, {**counts, "sweep_minutes": record["minutes"]})
-        tracker.log_artifacts(parent_id, [paths.models_dir / SWEEP_FILE, paths.cache.last_sweep])
-        tracker.finish(parent_id, "FAILED" if sweep_failed else "FINISHED")
+    minutes = (time.time() - started) / 60
+    if outbox is not None:
+        counts = {f"variants_{k}": v for k, v in _counts(outcomes).items()}
+        outbox.log_metrics(SWEEP_REF, {**counts, "sweep_minutes": minutes})
+        outbox.log_artifacts(SWEEP_REF, [paths.models_dir / SWEEP_FILE])
+        outbox.finish(SWEEP_REF, "FAILED" if sweep_failed else "FINISHED")
+        kept = outbox.close()
+        runs = tracking.runs
+    parent_id = outbox.run_ids().get(SWEEP_REF) if outbox is not None else None
+    record = _write_last_sweep(paths, specs, outcomes, parent_id, runs, minutes, kept)
     if sweep_failed:
         raise SweepFailedError(failure_summary(failed, len(specs)))
     return record
@@ -327,11 +339,16 @@ def _grid_hash(specs: dict[str, TrialSpec]) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _parent_run(tracker: Tracker, config: Config, infra: Infra, data_hash, specs) -> str:
+SWEEP_REF = "sweep"
+"""The sweep's MLflow parent run, as the outbox names it."""
+
+
+def _parent_run(outbox: Outbox, config: Config, infra: Infra, data_hash, specs) -> None:
     """The sweep's MLflow parent: an interrupted sweep of the same grid is continued."""
     params = {"variants": len(specs), "grid": json.dumps(config.train.grid)}
     params.update({f"ray.{k}": v for k, v in infra.ray.model_dump().items()})
-    return tracker.find_or_start(
+    outbox.start_run(
+        SWEEP_REF,
         f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
         {"kind": "sweep", "grid_hash": _grid_hash(specs)},
         reuse=UNFINISHED,
@@ -361,16 +378,21 @@ def _write_summary(models_dir: Path, specs, outcomes, data_hash: str) -> None:
     write_json(models_dir / SWEEP_FILE, summary)
 
 
-def _write_last_sweep(paths, specs, outcomes, parent_id, runs, seconds: float) -> dict:
+def _counts(outcomes: dict[str, VariantOutcome]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for outcome in outcomes.values():
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    return counts
+
+
+def _write_last_sweep(paths, specs, outcomes, parent_id, runs, minutes: float, kept: int) -> dict:
     record = {
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "models_dir": str(paths.models_dir),
-        "minutes": round(seconds / 60, 3),
+        "minutes": round(minutes, 3),
         "parent_run_id": parent_id,
-        "counts": counts,
+        "tracking_records_kept": kept,
+        "counts": _counts(outcomes),
         "variants": {
             variant_id: {
                 "status": outcomes[variant_id].status,

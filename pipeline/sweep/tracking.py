@@ -1,9 +1,11 @@
 """Driver-side bridge from Ray Tune's trial events to MLflow child runs.
 
 It runs in the driver process only, so the MLflow store has a single writer whatever
-the cluster. A variant's run is found by its ``config_hash`` tag (:mod:`pipeline.tracking.store`):
-a resumed sweep continues the same run, and a run that vanished from the store is
-recreated.
+the cluster. It hands records to the driver's :class:`~pipeline.tracking.outbox.Outbox`
+and returns at once: a slow or unreachable tracking server never holds up Tune's event
+loop, hence never a trial waiting in ``tune.report``. A variant's run is found by its
+``config_hash`` tag (:mod:`pipeline.tracking.store`): a resumed sweep continues the same
+run, and a run that vanished from the store is recreated.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pipeline.artifacts import VariantFiles
 from pipeline.data.dataset import TokenizedData
 from pipeline.runtime.cluster import root_cause
 from pipeline.sweep.callbacks import OutputsCallback
-from pipeline.tracking.store import UNFINISHED, Tracker, training_summary
+from pipeline.tracking.outbox import Outbox
+from pipeline.tracking.store import UNFINISHED, training_summary
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +39,14 @@ which additive-energy implementation trained it (pipeline.kernels.native)."""
 
 
 def _guarded(method):
-    """Tracking must never stop a sweep: an MLflow error in a callback is a warning."""
+    """Tracking must never stop a sweep: a failure to record (a full disk) is a warning."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except Exception as err:
-            logger.warning("MLflow (%s): %s: %s", method.__name__, type(err).__name__, err)
+            logger.warning("tracking (%s): %s: %s", method.__name__, type(err).__name__, err)
             return None
 
     return wrapper
@@ -56,30 +59,47 @@ class MlflowCallback(tune.Callback):
 
     def __init__(
         self,
-        tracker: Tracker,
-        parent_id: str,
+        outbox: Outbox,
+        parent: str,
         outputs: OutputsCallback,
         data: TokenizedData,
         data_dir: Path,
     ):
-        self.tracker, self.parent_id, self.outputs = tracker, parent_id, outputs
+        self.outbox, self.parent, self.outputs = outbox, parent, outputs
         self.specs, self.models_dir = outputs.specs, outputs.models_dir
         self.data, self.data_dir = data, data_dir
-        self.runs: dict[str, str] = {}
+        self.started: set[str] = set()
 
     def _run_for(self, trial) -> str:
         spec = self.specs[trial.config["variant"]]
-        variant_id = spec.variant.id
-        if variant_id not in self.runs:
-            self.runs[variant_id] = self.tracker.find_or_start(
-                variant_id,
+        ref = f"train:{spec.config_hash}"
+        if ref not in self.started:
+            self.outbox.start_run(
+                ref,
+                spec.variant.id,
                 {"kind": "train", "config_hash": spec.config_hash},
                 reuse=UNFINISHED,  # an interrupted or failed attempt continues its run
-                parent_id=self.parent_id,
+                parent=self.parent,
                 params=spec.variant.flat_params(),
-                tags={"variant": variant_id, "data_hash": self.data.fingerprint()},
+                tags={"variant": spec.variant.id, "data_hash": self.data.fingerprint()},
             )
-        return self.runs[variant_id]
+            self.started.add(ref)
+        return ref
+
+    def __getstate__(self) -> dict:
+        """Tune pickles its callbacks into the experiment state (for ``Tuner.restore``,
+        which this project does not use): the outbox (a thread, OS locks) stays here."""
+        return {**self.__dict__, "outbox": None}
+
+    @property
+    def runs(self) -> dict[str, str]:
+        """Variant id -> MLflow run id, for the runs sent so far."""
+        ids = self.outbox.run_ids()
+        return {
+            spec.variant.id: ids[f"train:{spec.config_hash}"]
+            for spec in self.specs.values()
+            if f"train:{spec.config_hash}" in ids
+        }
 
     @_guarded
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -89,37 +109,33 @@ class MlflowCallback(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if "epoch" in result:  # an evaluation row (the final report carries a summary)
             metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
-            self.tracker.log_metrics(self._run_for(trial), metrics, step=int(result["step"]))
+            self.outbox.log_metrics(self._run_for(trial), metrics, step=int(result["step"]))
 
     @_guarded
     def on_trial_complete(self, iteration, trials, trial, **info):
-        run_id = self._run_for(trial)
+        ref = self._run_for(trial)
         spec = self.specs[trial.config["variant"]]
         self.outputs.collect(spec.variant.id, trial.checkpoint)
         files = VariantFiles(self.models_dir / spec.variant.id)
         result = files.finished(spec.config_hash)
         if result is None:  # the driver could not collect it
-            self.tracker.set_tags(run_id, {"error": "outputs not collected"})
-            self.tracker.finish(run_id, "FAILED")
+            self.outbox.set_tags(ref, {"error": "outputs not collected"})
+            self.outbox.finish(ref, "FAILED")
             return
-        try:
-            self._log_finished(run_id, spec, files, result["summary"], trial.last_result or {})
-        except Exception as err:  # tracking must never cost a trained variant
-            logger.warning("%s: MLflow logging incomplete: %s", spec.variant.id, err)
-            self.tracker.set_tags(run_id, {"tracking_error": f"{type(err).__name__}: {err}"})
-        self.tracker.finish(run_id, "FINISHED")
+        self._log_finished(ref, spec, files, result["summary"], trial.last_result or {})
+        self.outbox.finish(ref, "FINISHED")
 
-    def _log_finished(self, run_id: str, spec, files: VariantFiles, summary: dict, final: dict):
+    def _log_finished(self, ref: str, spec, files: VariantFiles, summary: dict, final: dict):
         metrics, tags = training_summary(summary)
         tags.update({k: str(final[k]) for k in RESOLVED_TAGS if k in final})  # what auto became
-        self.tracker.log_metrics(run_id, metrics, step=int(summary.get("steps", 0)))
-        self.tracker.set_tags(run_id, tags)
-        self.tracker.log_dataset(
-            run_id, "train", self.data_dir, self.data.fingerprint(), context="training"
+        self.outbox.log_metrics(ref, metrics, step=int(summary.get("steps", 0)))
+        self.outbox.set_tags(ref, tags)
+        self.outbox.log_dataset(
+            ref, "train", self.data_dir, self.data.fingerprint(), context="training"
         )
-        self.tracker.log_artifacts(run_id, files.logged())
-        self.tracker.log_model(
-            run_id,
+        self.outbox.log_artifacts(ref, files.logged())
+        self.outbox.log_model(
+            ref,
             spec.variant.id,
             [files.checkpoint, files.config],
             step=int(summary.get("best_step", 0)),
@@ -129,7 +145,7 @@ class MlflowCallback(tune.Callback):
 
     @_guarded
     def on_trial_error(self, iteration, trials, trial, **info):
-        run_id = self._run_for(trial)
+        ref = self._run_for(trial)
         error = trial.get_pickled_error() or trial.get_error()
-        self.tracker.set_tags(run_id, {"error": root_cause(error)})
-        self.tracker.finish(run_id, "FAILED")
+        self.outbox.set_tags(ref, {"error": root_cause(error)})
+        self.outbox.finish(ref, "FAILED")

@@ -29,16 +29,18 @@ callback), so a SQLite store never sees concurrent writers from one stage. The s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import re
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from mlflow.data.dataset_source_registry import resolve_dataset_source
 from mlflow.data.meta_dataset import MetaDataset
 from mlflow.entities import (
@@ -65,7 +67,25 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 """MLflow 3's UI opens a model-training experiment on its runs table (not GenAI traces)."""
 DVC_TAGS = {"DVC_EXP_NAME": "dvc.exp_name", "DVC_EXP_BASELINE_REV": "dvc.baseline_rev"}
 UNFINISHED = ("RUNNING", "FAILED", "KILLED", "SCHEDULED")
+WRITER_TAG = "tracking.writer"
+"""The process that writes a run (:mod:`pipeline.tracking.outbox`): another process
+never reopens a RUNNING run whose writer is alive."""
 _MAX_PARAM = 6000  # MLflow's limit on a param value's length
+
+
+def _store_lock(uri: str):
+    """An OS lock beside a SQLite store while it is opened (MLflow creates and migrates
+    its schema on first use: two processes doing it at once fail); a no-op for servers,
+    which own their schema."""
+    if not uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    database = Path(uri[len("sqlite:///") :])
+    database.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(f"{database}.lock", timeout=LOCK_TIMEOUT_S)
+
+
+LOCK_TIMEOUT_S = 300
+"""Bound on waiting for another process to open the same SQLite store."""
 
 
 class TrackingError(StageError):
@@ -134,23 +154,31 @@ class Tracker:
         self.log_models = infra.tracking.log_models
         name = infra.tracking.experiment
         try:
-            self.client = MlflowClient(tracking_uri=self.uri)
-            experiment = self.client.get_experiment_by_name(name)
-            if experiment is None:
-                self.experiment_id = self.client.create_experiment(
-                    name, artifact_location=self._artifact_location(), tags=EXPERIMENT_KIND
-                )
-            else:
-                self.experiment_id = experiment.experiment_id
-                for key, value in EXPERIMENT_KIND.items():
-                    if experiment.tags.get(key) != value:  # made by an older version
-                        self.client.set_experiment_tag(self.experiment_id, key, value)
+            with _store_lock(self.uri):  # two queued experiments may create the schema
+                self.client = MlflowClient(tracking_uri=self.uri)
+                self.experiment_id = self._experiment(name)
         except MlflowException as err:
             message = str(err.message).strip().splitlines()[0].split(". See ")[0]
             raise TrackingError(
                 f"tracking.uri {self.uri!r} ({infra.source}, or MLFLOW_TRACKING_URI): {message}"
             ) from None
         logger.info("MLflow: %s (experiment %r)", self.uri, name)
+
+    def _experiment(self, name: str) -> str:
+        experiment = self.client.get_experiment_by_name(name)
+        if experiment is None:
+            try:
+                return self.client.create_experiment(
+                    name, artifact_location=self._artifact_location(), tags=EXPERIMENT_KIND
+                )
+            except MlflowException as err:  # another process created it meanwhile
+                experiment = self.client.get_experiment_by_name(name)
+                if experiment is None:
+                    raise err from None
+        for key, value in EXPERIMENT_KIND.items():
+            if experiment.tags.get(key) != value:  # made by an older version
+                self.client.set_experiment_tag(experiment.experiment_id, key, value)
+        return experiment.experiment_id
 
     def _artifact_location(self) -> str | None:
         if self.uri.startswith("sqlite:///"):  # a local store: artifacts beside the file
@@ -212,11 +240,22 @@ class Tracker:
         parent_id: str | None = None,
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
+        owned: Callable[[str | None], bool] = lambda writer: False,
     ) -> str:
         """Reopen the newest run with the ``key`` tags (in one of the ``reuse``
-        statuses; any status if empty), else start one. A reopened run is re-tagged with
-        the current parent and DVC experiment."""
-        found = self.find_run(key, reuse)
+        statuses; any status if empty) that no live process still writes (``owned``:
+        a run's :data:`WRITER_TAG` value -> whether that writer is alive), else start one.
+        A reopened run is re-tagged with the current parent and DVC experiment."""
+        wanted = set(reuse)
+        found = next(
+            (
+                run
+                for run in self._search(key, max_results=50)
+                if (not wanted or run.info.status in wanted)
+                and not (run.info.status == "RUNNING" and owned(run.data.tags.get(WRITER_TAG)))
+            ),
+            None,
+        )
         if found is not None:
             run_id = found.info.run_id
             self.client.update_run(run_id, status="RUNNING")
@@ -241,8 +280,16 @@ class Tracker:
         for start in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[start : start + 100])
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
-        now = int(time.time() * 1000)
+    def log_metrics(
+        self,
+        run_id: str,
+        metrics: Mapping[str, Any],
+        step: int = 0,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Log ``metrics`` at ``step``. With ``timestamp_ms`` fixed, logging the same batch
+        again adds nothing (MLflow drops exact duplicates)."""
+        now = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
         items = [
             Metric(k, float(v), now, step)
             for k, v in metrics.items()
@@ -273,6 +320,13 @@ class Tracker:
             dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)]
         )
         self.client.log_inputs(run_id, datasets=[entity])
+
+    def find_logged_model(self, tags: Mapping[str, str]) -> str | None:
+        """The id of a READY logged model carrying ``tags``, if one exists."""
+        clauses = " AND ".join(f"tags.`{k}` = {_quoted(v)}" for k, v in tags.items())
+        models = self.client.search_logged_models([self.experiment_id], filter_string=clauses)
+        ready = [m for m in models if str(m.status).endswith("READY")]
+        return ready[0].model_id if ready else None
 
     def log_model(
         self,

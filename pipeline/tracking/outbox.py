@@ -1,0 +1,512 @@
+"""Tracking that never stalls training: records go to a journal on disk, and a background
+thread sends them to MLflow.
+
+- **Writers never wait.** The sweep's Tune callbacks append a record (one JSON line,
+  flushed) to this process's journal and return; a sender thread applies the records in
+  order through :class:`~pipeline.tracking.store.Tracker`. Files to log (checkpoints,
+  curves, ``sweep.json``) are hard-linked into the journal when recorded, so they are
+  sent as they were even if ``models/`` changes later.
+- **Outages.** When the store is unreachable the sender says so once, keeps every record
+  and retries with a bounded backoff (:data:`RETRY_MAX_S`), and says so again when the
+  store is back. Training goes on throughout.
+- **Exactly once.** The number of records already sent is kept beside the journal, and
+  each operation is harmless to repeat after a crash between sending and counting:
+  metrics carry their timestamp (MLflow drops an exact duplicate), runs and logged
+  models carry a tag naming their record and are looked up before being created, tags
+  and artifacts overwrite themselves.
+- **Left over.** At the end of a stage the driver waits up to :data:`CLOSE_WAIT_S` for
+  the journal to drain; what is left stays under ``<cache_dir>/tracking/<writer>/`` and
+  the next train or evaluate stage sends it (or ``python -m pipeline.tracking.outbox``).
+- **Ownership.** A live writer holds ``<writer>/lock`` (an OS lock that dies with its
+  process). A RUNNING run tagged with a live writer is never reopened by another process:
+  two queued DVC experiments training the same variant each get their own runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from pipeline.io import write_json, write_text
+from pipeline.tracking.store import WRITER_TAG, Tracker
+
+logger = logging.getLogger(__name__)
+
+RECORD_TAG = "tracking.record"
+"""Tag of a run or logged model: the journal record that made it (found before a resend)."""
+RETRY_MAX_S = 30.0
+"""Longest pause between two attempts to reach an unreachable store."""
+CLOSE_WAIT_S = 60.0
+"""How long a stage waits at its end for records that cannot be sent yet."""
+HOST = socket.gethostname()
+QUICK_CLIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+"""MLflow's own HTTP retries (about 2 minutes by default) shortened where the sender
+runs: it retries a record itself, and an outage is reported within seconds."""
+
+
+class Journal:
+    """One writer's records: ``records.jsonl``, ``sent`` (how many are in MLflow),
+    ``runs.json`` (record refs -> MLflow run ids), ``files/`` (snapshots), ``lock``."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.name = folder.name
+        self._lock = FileLock(folder / "lock")
+        self._append = threading.Lock()
+        self.runs: dict[str, str] = _read_json(folder / "runs.json", {})
+        self.sent = int(_read_json(folder / "sent", 0))
+        self._count = len(self.records())
+
+    @staticmethod
+    def create(root: Path) -> Journal:
+        folder = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}@{HOST}"
+        (folder / "files").mkdir(parents=True)
+        journal = Journal(folder)
+        journal._lock.acquire(timeout=0)  # held for the process's life
+        return journal
+
+    def adopt(self) -> bool:
+        """Take an orphaned journal (its writer is gone): hold its lock. False if alive."""
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._lock.release(force=True)
+
+    # ------------------------------------------------------------------ records
+    def append(self, record: dict[str, Any]) -> int:
+        with self._append:
+            record = {"seq": self._count, **record}
+            with (self.folder / "records.jsonl").open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, default=str) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            self._count += 1
+            return record["seq"]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every complete record (a line cut short by a crash is not one)."""
+        try:
+            lines = (self.folder / "records.jsonl").read_text(encoding="utf-8").split("\n")
+        except FileNotFoundError:
+            return []
+        records = []
+        for line in lines:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                break
+        return records
+
+    def pending(self) -> int:
+        return self._count - self.sent
+
+    def mark_sent(self, count: int) -> None:
+        self.sent = count
+        write_text(self.folder / "sent", f"{count}\n")
+
+    def set_run(self, ref: str, run_id: str) -> None:
+        self.runs[ref] = run_id
+        write_json(self.folder / "runs.json", self.runs)
+
+    def snapshot(self, seq_key: str, paths: Iterable[Path]) -> list[str]:
+        """Hard-link (or copy) ``paths`` into ``files/<seq_key>/``; their new paths."""
+        target = self.folder / "files" / seq_key
+        target.mkdir(parents=True, exist_ok=True)
+        kept = []
+        for path in map(Path, paths):
+            dest = target / path.name
+            if path.is_dir():
+                shutil.copytree(path, dest, copy_function=_link_or_copy, dirs_exist_ok=True)
+            elif path.is_file():
+                _link_or_copy(path, dest)
+            else:
+                continue
+            kept.append(str(dest))
+        return kept
+
+
+def _link_or_copy(source, dest) -> None:
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+
+
+def _read_json(path: Path, default):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def writer_alive(root: Path, writer: str | None) -> bool:
+    """Whether the process that tagged a run with ``writer`` still runs: its journal's
+    lock is held. A writer of another host whose journal is not here counts as alive."""
+    if not writer:
+        return False
+    folder = root / writer
+    if not folder.is_dir():
+        return not writer.endswith(f"@{HOST}")
+    lock = FileLock(folder / "lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release(force=True)
+    return False
+
+
+class Outbox:
+    """This process's tracking: the writer API (runs named by a ``ref`` of the caller's
+    choosing), one journal, a sender thread; orphaned journals are sent first."""
+
+    def __init__(self, tracker: Tracker, cache_dir: Path):
+        for key, value in QUICK_CLIENT.items():
+            os.environ.setdefault(key, value)
+        self.tracker = tracker
+        self.root = cache_dir / "tracking"
+        self.journal = Journal.create(self.root)
+        self.orphans = [j for j in _journals(self.root, skip=self.journal.name) if j.adopt()]
+        if self.orphans:
+            waiting = sum(j.pending() for j in self.orphans)
+            logger.info("MLflow: %d tracking records of earlier runs to send", waiting)
+        self._wake = threading.Event()
+        self._closing = False
+        self._offline_since: float | None = None
+        self._thread = threading.Thread(target=self._loop, name="mlflow-outbox", daemon=True)
+        self._thread.start()
+
+    # --------------------------------------------------------------- writer API
+    def _put(self, record: dict[str, Any]) -> None:
+        self.journal.append(record)
+        self._wake.set()
+
+    def start_run(
+        self,
+        ref: str,
+        name: str,
+        key: Mapping[str, str],
+        *,
+        reuse=(),
+        parent: str | None = None,
+        params=None,
+        tags=None,
+    ) -> None:
+        """Find (``reuse``: :meth:`Tracker.find_or_start`) or start the run ``ref``."""
+        self._put(
+            {
+                "op": "run",
+                "ref": ref,
+                "name": name,
+                "key": dict(key),
+                "reuse": list(reuse),
+                "parent": parent,
+                "params": dict(params or {}),
+                "tags": dict(tags or {}),
+            }
+        )
+
+    def log_metrics(self, ref: str, metrics: Mapping[str, Any], step: int = 0) -> None:
+        values = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+        self._put(
+            {
+                "op": "metrics",
+                "ref": ref,
+                "metrics": values,
+                "step": int(step),
+                "ts": int(time.time() * 1000),
+            }
+        )
+
+    def set_tags(self, ref: str, tags: Mapping[str, Any]) -> None:
+        self._put({"op": "tags", "ref": ref, "tags": {k: str(v) for k, v in tags.items()}})
+
+    def finish(self, ref: str, status: str = "FINISHED") -> None:
+        self._put({"op": "finish", "ref": ref, "status": status})
+
+    def log_artifacts(self, ref: str, paths: Iterable[Path], subdir: str | None = None) -> None:
+        kept = self.journal.snapshot(uuid.uuid4().hex[:12], paths)
+        self._put({"op": "artifacts", "ref": ref, "paths": kept, "subdir": subdir})
+
+    def log_dataset(self, ref: str, name: str, path: Path, digest: str, context: str) -> None:
+        self._put(
+            {
+                "op": "dataset",
+                "ref": ref,
+                "name": name,
+                "path": str(path),
+                "digest": digest,
+                "context": context,
+            }
+        )
+
+    def log_model(
+        self,
+        ref: str,
+        name: str,
+        files: Iterable[Path],
+        *,
+        step: int,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+    ) -> None:
+        kept = self.journal.snapshot(uuid.uuid4().hex[:12], files)
+        self._put(
+            {
+                "op": "model",
+                "ref": ref,
+                "name": name,
+                "files": kept,
+                "step": int(step),
+                "params": {k: str(v) for k, v in params.items()},
+                "tags": dict(tags),
+            }
+        )
+
+    def run_ids(self) -> dict[str, str]:
+        """The MLflow run id of each ref sent so far."""
+        return dict(self.journal.runs)
+
+    # ------------------------------------------------------------------ sending
+    def _loop(self) -> None:
+        while True:
+            for journal in [*self.orphans, self.journal]:
+                if not self._drain(journal):
+                    break  # unreachable: _drain waited; start again from the oldest
+            else:
+                self._finish_orphans()
+                if self._closing and self.journal.pending() == 0:
+                    return
+                self._wake.wait(1.0)
+                self._wake.clear()
+
+    def _drain(self, journal: Journal) -> bool:
+        records = journal.records()
+        while journal.sent < len(records):
+            record = records[journal.sent]
+            try:
+                self._apply(journal, record)
+            except Exception as err:
+                if not self._transient(err):
+                    logger.warning(
+                        "MLflow refused a tracking record (%s of run %s): %s: %s; skipped",
+                        record["op"],
+                        record["ref"],
+                        type(err).__name__,
+                        str(err).splitlines()[0] if str(err) else "",
+                    )
+                    with (journal.folder / "refused.jsonl").open("a") as handle:
+                        handle.write(json.dumps(record, default=str) + "\n")
+                    journal.mark_sent(journal.sent + 1)
+                    continue
+                self._went_offline(err)
+                return False
+            journal.mark_sent(journal.sent + 1)
+            self._came_back()
+        return True
+
+    def _finish_orphans(self) -> None:
+        for journal in list(self.orphans):
+            if journal.pending() == 0:
+                self.orphans.remove(journal)
+                shutil.rmtree(journal.folder, ignore_errors=True)
+
+    def _reachable(self) -> bool:
+        uri = self.tracker.uri
+        if not uri.startswith(("http://", "https://")):
+            return True
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as response:  # noqa: S310
+                return response.status == 200
+        except OSError:
+            return False
+
+    def _transient(self, err: Exception) -> bool:
+        """An outage (retry the record later), not a record the store refuses."""
+        return "database is locked" in str(err) or not self._reachable()
+
+    def _went_offline(self, err: Exception) -> None:
+        now = time.monotonic()
+        if self._offline_since is None:
+            self._offline_since = now
+            self._backoff = 1.0
+            logger.warning(
+                "MLflow at %s is unreachable (%s); training goes on and tracking records "
+                "wait in %s until it is back",
+                self.tracker.uri,
+                _short(err),
+                self.root,
+            )
+        self._wake.wait(self._backoff)
+        self._wake.clear()
+        self._backoff = min(RETRY_MAX_S, self._backoff * 2)
+
+    def _came_back(self) -> None:
+        if self._offline_since is not None:
+            waiting = sum(j.pending() for j in [*self.orphans, self.journal])
+            logger.warning(
+                "MLflow at %s is back after %.0f s; sending %d waiting tracking records",
+                self.tracker.uri,
+                time.monotonic() - self._offline_since,
+                waiting,
+            )
+            self._offline_since = None
+
+    def _apply(self, journal: Journal, record: dict[str, Any]) -> None:
+        tracker, op = self.tracker, record["op"]
+        if op == "run":
+            self._apply_run(journal, record)
+            return
+        run_id = journal.runs.get(record["ref"])
+        if run_id is None:
+            raise ValueError(f"no run {record['ref']!r} was started before this record")
+        if op == "metrics":
+            tracker.log_metrics(run_id, record["metrics"], record["step"], record["ts"])
+        elif op == "tags":
+            tracker.set_tags(run_id, record["tags"])
+        elif op == "finish":
+            tracker.finish(run_id, record["status"])
+        elif op == "artifacts":
+            tracker.log_artifacts(run_id, map(Path, record["paths"]), record["subdir"])
+        elif op == "dataset":
+            tracker.log_dataset(
+                run_id, record["name"], Path(record["path"]), record["digest"], record["context"]
+            )
+        elif op == "model":
+            made_by = {RECORD_TAG: f"{journal.name}/{record['seq']}"}
+            if tracker.log_models and tracker.find_logged_model(made_by) is None:
+                tracker.log_model(
+                    run_id,
+                    record["name"],
+                    map(Path, record["files"]),
+                    step=record["step"],
+                    params=record["params"],
+                    tags={**record["tags"], **made_by},
+                )
+        else:
+            raise ValueError(f"unknown tracking record {op!r}")
+
+    def _apply_run(self, journal: Journal, record: dict[str, Any]) -> None:
+        ref = record["ref"]
+        if ref in journal.runs:
+            return
+        made_by = {RECORD_TAG: f"{journal.name}/{ref}"}
+        found = self.tracker.find_run(made_by)
+        if found is not None:
+            journal.set_run(ref, found.info.run_id)
+            return
+        parent = journal.runs.get(record["parent"]) if record["parent"] else None
+        run_id = self.tracker.find_or_start(
+            record["name"],
+            record["key"],
+            reuse=record["reuse"],
+            parent_id=parent,
+            params=record["params"],
+            tags={**record["tags"], **made_by, WRITER_TAG: self.journal.name},
+            owned=self._owned_by_another,
+        )
+        journal.set_run(ref, run_id)
+
+    def _owned_by_another(self, writer: str | None) -> bool:
+        mine = {self.journal.name, *(j.name for j in self.orphans)}  # adopted: their locks
+        return writer not in mine and writer_alive(self.root, writer)
+
+    # -------------------------------------------------------------------- close
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> int:
+        """Send what is left (waiting up to ``wait_s`` while the store is unreachable);
+        returns the number of records kept for a later run."""
+        self._closing = True
+        self._wake.set()
+        deadline = time.monotonic() + wait_s
+        told = False
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            if self._offline_since is not None and not told:
+                logger.warning(
+                    "MLflow: waiting up to %.0f s for the store to take %d records",
+                    deadline - time.monotonic(),
+                    self._left(),
+                )
+                told = True
+            self._thread.join(timeout=0.5)
+        left = self._left()
+        if left:
+            logger.warning(
+                "MLflow at %s: %d tracking records are kept in %s; the next train or evaluate "
+                "stage sends them, or: python -m pipeline.tracking.outbox",
+                self.tracker.uri,
+                left,
+                self.root,
+            )
+            self.journal.release()
+            for journal in self.orphans:
+                journal.release()
+        else:
+            self.journal.release()
+            shutil.rmtree(self.journal.folder, ignore_errors=True)
+        return left
+
+    def _left(self) -> int:
+        return sum(j.pending() for j in [*self.orphans, self.journal])
+
+
+def _journals(root: Path, skip: str) -> list[Journal]:
+    if not root.is_dir():
+        return []
+    return [Journal(f) for f in sorted(root.iterdir()) if f.is_dir() and f.name != skip]
+
+
+def _short(err: Exception) -> str:
+    text = str(getattr(err, "message", err)).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]
+
+
+def pending_journals(cache_dir: Path) -> bool:
+    """Whether records of earlier runs wait under ``cache_dir`` (a cheap check)."""
+    root = cache_dir / "tracking"
+    return root.is_dir() and any(f.is_dir() for f in root.iterdir())
+
+
+def send_pending(tracker: Tracker, cache_dir: Path, wait_s: float = CLOSE_WAIT_S) -> int:
+    """Send the records earlier runs left; returns how many are still kept."""
+    return Outbox(tracker, cache_dir).close(wait_s)
+
+
+def main() -> None:
+    import argparse
+
+    from pipeline.config.infra import load_infra
+
+    cli = argparse.ArgumentParser(description="Send tracking records that earlier runs kept.")
+    cli.add_argument("--params", default="params.yaml")
+    cli.add_argument("--infra", default=None)
+    cli.add_argument(
+        "--wait-minutes",
+        type=float,
+        default=5.0,
+        help="how long to wait for an unreachable store (default 5)",
+    )
+    args = cli.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    infra = load_infra(args.params, args.infra)
+    left = send_pending(Tracker(infra), infra.cache_dir, args.wait_minutes * 60)
+    raise SystemExit(1 if left else 0)
+
+
+if __name__ == "__main__":
+    main()

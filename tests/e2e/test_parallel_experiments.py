@@ -1,0 +1,109 @@
+"""Two queued DVC experiments run at once on a fresh clone (`dvc queue start -j 2`): both
+finish, each with its own sweep, train and evaluation runs, no step logged twice, and no
+race on the SQLite store that neither found."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.support import (
+    CLEARED_ENV,
+    REPO_ROOT,
+    synthetic_pairs,
+    tiny_infra,
+    tiny_params,
+    write_params,
+    write_tsv,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_queued_experiments_at_once_keep_their_runs_apart(tmp_path):
+    root = tmp_path / "clone"
+    root.mkdir()
+    for name in ("pipeline", "stages", "scorers"):
+        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", ".gitignore", ".dvcignore"):
+        shutil.copy(REPO_ROOT / name, root / name)
+    write_tsv(root / "corpus.tsv", synthetic_pairs(300, seed=11, max_words=12))
+    params = tiny_params(root, max_epochs=1, grid={"scorer": ["none", "additive"]})
+    params["fetch"]["path"] = "corpus.tsv"
+    params["evaluate"]["bootstrap_samples"] = 20
+    write_params(root / "params.yaml", params)
+    infra = tiny_infra(root)
+    infra["ray"]["storage_path"] = None
+    write_params(root / "infra.yaml", infra)
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
+    env["PYTHONPATH"] = str(root)
+
+    def sh(*command, timeout=900):
+        return subprocess.run(
+            command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def dvc(*args):
+        return sh(sys.executable, "-m", "dvc", *args)
+
+    assert sh("git", "init", "-q").returncode == 0
+    assert dvc("init", "-q").returncode == 0
+    shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots", dirs_exist_ok=True)
+    assert sh("git", "add", "-A").returncode == 0
+    assert (
+        sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c").returncode == 0
+    )
+    assert not (root / "mlflow.db").exists()  # a fresh clone: neither finds a store
+
+    # both train the additive variant; each trains one more of its own
+    grids = {"exp-a": "[none,additive]", "exp-b": "[additive,general]"}
+    for name, scorers in grids.items():
+        queued = dvc("exp", "run", "--queue", "-n", name, "-S", f"train.grid.scorer={scorers}")
+        assert queued.returncode == 0, queued.stderr[-2000:]
+    started = dvc("queue", "start", "-j", "2")
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            status = dvc("queue", "status").stdout
+            if all(n in status for n in grids) and not re.search(r"\b(Queued|Running)\b", status):
+                break
+            time.sleep(3)
+        logs = "".join(dvc("queue", "logs", n).stdout[-3000:] for n in grids)
+        for name in grids:
+            assert re.search(rf"{name}\s.*Success", status), status + logs
+    finally:
+        dvc("queue", "stop")  # only this repo's workers
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("test")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    for name, scorers in grids.items():
+        mine = [r for r in runs if r.data.tags.get("dvc.exp_name") == name]
+        kinds = sorted(r.data.tags["kind"] for r in mine)
+        assert kinds.count("sweep") == 1 and kinds.count("evaluation") == 1, (name, kinds)
+        trained = {r.data.tags["variant"] for r in mine if r.data.tags["kind"] == "train"}
+        own = {s for s in scorers.strip("[]").split(",") if s != "additive"}
+        assert {v.split("-")[0] for v in trained} >= own, (name, trained)
+        sweep = next(r for r in mine if r.data.tags["kind"] == "sweep")
+        for run in mine:
+            if run.data.tags["kind"] == "train":  # under its own experiment's sweep
+                assert run.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+    for run in runs:
+        if run.data.tags.get("kind") == "train":
+            assert run.info.status == "FINISHED", run.data.tags
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, "dev_loss")]
+            assert steps and len(steps) == len(set(steps)), (run.data.tags["variant"], steps)
+    additive = [
+        r
+        for r in runs
+        if r.data.tags.get("kind") == "train" and r.data.tags["variant"].startswith("additive")
+    ]
+    assert 1 <= len(additive) <= 2  # trained once and reused, or once by each: never merged
