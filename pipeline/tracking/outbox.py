@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import threading
@@ -472,8 +473,13 @@ def _journals(root: Path, skip: str) -> list[Journal]:
 
 
 def _short(err: Exception) -> str:
-    text = str(getattr(err, "message", err)).strip().splitlines()
-    return (text[0] if text else type(err).__name__)[:200]
+    """The cause in a few words (``Connection refused``), not urllib3's whole chain."""
+    text = str(getattr(err, "message", err))
+    cause = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    if cause:
+        return cause.group(1).strip()
+    lines = text.strip().splitlines()
+    return (lines[0] if lines else type(err).__name__)[:160]
 
 
 def pending_journals(cache_dir: Path) -> bool:

@@ -1,6 +1,6 @@
 """Two queued DVC experiments run at once on a fresh clone (`dvc queue start -j 2`): both
 finish, each with its own sweep, train and evaluation runs, no step logged twice, and no
-race on the SQLite store that neither found."""
+race on the SQLite store that neither found (no stage before train touches MLflow)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def test_two_queued_experiments_at_once_keep_their_runs_apart(tmp_path):
         shutil.copy(REPO_ROOT / name, root / name)
     write_tsv(root / "corpus.tsv", synthetic_pairs(300, seed=11, max_words=12))
     params = tiny_params(root, max_epochs=1, grid={"scorer": ["none", "additive"]})
+    params = {"plugins": [], **params}  # a params section DVC tracks must exist
     params["fetch"]["path"] = "corpus.tsv"
     params["evaluate"]["bootstrap_samples"] = 20
     write_params(root / "params.yaml", params)
