@@ -213,11 +213,11 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
                 raise SweepInterruptedError(pending.reason)
             _raise_if_interrupted(grid, outputs)
         except SweepInterruptedError:
-            outbox.close()  # its MLflow runs stay open: the rerun continues them
+            outbox.close(infra.tracking.outage_wait_seconds)  # runs stay open for the rerun
             raise
         except BaseException:
             outbox.finish(SWEEP_REF, "FAILED")
-            outbox.close()
+            outbox.close(infra.tracking.outage_wait_seconds)
             raise
         outcomes.update(_collect(todo, grid, outputs))
     elif pending_journals(infra.cache_dir):  # records an earlier run could not send
@@ -234,7 +234,7 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         outbox.log_metrics(SWEEP_REF, {**counts, "sweep_minutes": minutes})
         outbox.log_artifacts(SWEEP_REF, [paths.models_dir / SWEEP_FILE])
         outbox.finish(SWEEP_REF, "FAILED" if sweep_failed else "FINISHED")
-        kept = outbox.close()
+        kept = outbox.close(infra.tracking.outage_wait_seconds)
         runs = tracking.runs
     parent_id = outbox.run_ids().get(SWEEP_REF) if outbox is not None else None
     record = _write_last_sweep(paths, specs, outcomes, parent_id, runs, minutes, kept)

@@ -108,7 +108,8 @@ def test_an_mlflow_server_outage_never_stalls_training_and_loses_nothing(tmp_pat
         root, max_epochs=4, grid={"scorer": ["none", "additive"], "hidden_size": [16]}
     )
     server = Server(tmp_path)
-    write_params(root / "infra.yaml", tiny_infra(root, tracking={"uri": server.url}))
+    tracking = {"uri": server.url, "outage_wait_seconds": 120}  # outlasts a restart
+    write_params(root / "infra.yaml", tiny_infra(root, tracking=tracking))
     server.start()
     try:
         # a short outage: the server is back before the sweep ends
@@ -128,6 +129,8 @@ def test_an_mlflow_server_outage_never_stalls_training_and_loses_nothing(tmp_pat
 
         # an outage that outlasts the sweep: its records wait for the next run
         write_params(params, _with_seed(params, 2))
+        tracking["outage_wait_seconds"] = 5  # the sweep ends before the server is back
+        write_params(root / "infra.yaml", tiny_infra(root, tracking=tracking))
         log = tmp_path / "second.log"
         train = _train(root, params, log)
         _wait_for(lambda: _metrics_recorded(root), "the first metrics")
@@ -135,6 +138,7 @@ def test_an_mlflow_server_outage_never_stalls_training_and_loses_nothing(tmp_pat
         assert train.wait(timeout=900) == 0, log.read_text()[-3000:]
         text = log.read_text()
         assert text.count("is unreachable") == 1 and "tracking records are kept" in text, text
+        assert "waiting up to 5 s" in text, text
         kept = last_sweep(root)["tracking_records_kept"]
         assert kept > 0 and pending_journals(root / ".study_cache")
         second = [v for v in sorted(last_sweep(root)["variants"]) if v not in first]
