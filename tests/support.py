@@ -147,6 +147,58 @@ def make_project(root: Path, ray: dict | None = None, plugin: bool = False, **tr
     return params
 
 
+def dvc_repo(root: Path, params: dict, infra: dict):
+    """A git + DVC repository of the project at ``root`` as a user's clone has it (code,
+    ``dvc.yaml``, plot templates, ignore files, ``params``, ``infra``), not yet committed;
+    returns ``sh(*command, timeout=900)``, which runs a command there."""
+    for name in ("pipeline", "stages", "scorers"):  # scorers/: the plugin, a train dep
+        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", ".gitignore", ".dvcignore"):
+        shutil.copy(REPO_ROOT / name, root / name)
+    write_params(root / "params.yaml", params)
+    write_params(root / "infra.yaml", infra)
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
+    env["PYTHONPATH"] = str(root)
+
+    def sh(*command, timeout=900):
+        return subprocess.run(
+            command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    assert sh("git", "init", "-q").returncode == 0
+    assert sh(sys.executable, "-m", "dvc", "init", "-q").returncode == 0
+    shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots", dirs_exist_ok=True)
+    return sh
+
+
+def commit_all(sh, message: str) -> None:
+    """Commit everything (DVC experiments need a baseline commit)."""
+    assert sh("git", "add", "-A").returncode == 0
+    commit = sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+    assert commit.returncode == 0, commit.stderr
+
+
+def run_queue(sh, names: list[str], jobs: int = 1, timeout: float = 900) -> str:
+    """``dvc queue start -j jobs``, wait (bounded) until none of ``names`` is queued or
+    running, stop this repo's workers; returns ``dvc queue status`` plus the logs."""
+
+    def dvc(*args):
+        return sh(sys.executable, "-m", "dvc", *args)
+
+    started = dvc("queue", "start", "-j", str(jobs))
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = dvc("queue", "status").stdout
+            if all(n in status for n in names) and not re.search(r"\b(Queued|Running)\b", status):
+                break
+            time.sleep(3)
+        return status + "".join(dvc("queue", "logs", n).stdout[-3000:] for n in names)
+    finally:
+        dvc("queue", "stop")  # only this repo's workers
+
+
 def stage(
     module: str, params: Path, root: Path, *args: str, timeout: int = 600, extra_env=None, **kw
 ):

@@ -77,8 +77,9 @@ class TrackingConfig(Section):
     """Log each variant's best checkpoint as an MLflow logged model (the run's Models
     column). 11-17 MB per variant of the default grid (about 320 MB for all 24)."""
     outage_wait_seconds: float = Field(60.0, ge=0)
-    """At the end of the train stage, how long to wait for an unreachable MLflow server
-    to take the records still queued; what is left is sent by the next run
+    """At the end of the train stage (and when evaluate sends what earlier runs left), how
+    long to wait for an unreachable MLflow server to take the records still queued; what
+    is left is sent by the next run
     (:mod:`pipeline.tracking.outbox`). Training itself never waits for MLflow."""
 
 

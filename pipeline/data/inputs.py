@@ -23,7 +23,6 @@ from pipeline.config.params import FetchConfig
 from pipeline.data.sources import CorpusError, bible_db_path, local_file
 from pipeline.io import sha256_file, write_json
 
-INPUTS_FILE = "inputs.json"
 LOCAL_KEYS = {"tsv": ("path",), "moses": ("path", "path_target")}
 """The params keys that name a local file, per source."""
 

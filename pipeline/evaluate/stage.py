@@ -74,7 +74,7 @@ from pipeline.models.preflight import check_decoding
 from pipeline.runtime.cluster import TaskResources, device_for, init_ray, ray_address, run_tasks
 from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.study.statistics import sentence_stats
-from pipeline.tracking.outbox import pending_journals, send_pending
+from pipeline.tracking.outbox import send_pending
 from pipeline.tracking.store import Tracker, experiment_key, training_summary
 
 logger = logging.getLogger(__name__)
@@ -154,8 +154,7 @@ def evaluate(
     if not trained:
         raise EvaluationError(f"{models_dir / SWEEP_FILE}: no trained variant to evaluate")
     tracker = Tracker(infra)  # a store that cannot be used fails before decoding
-    if pending_journals(infra.cache_dir):  # records an earlier run could not send
-        send_pending(tracker, infra.cache_dir)
+    send_pending(tracker, infra.cache_dir, infra.tracking.outage_wait_seconds)  # runs before
     test = load_test_set(config, raw_dir)
     decoded = decode(config, infra, TokenizedData.load(tok_dir), models_dir, trained, test)
     scores = score(config, test, decoded)

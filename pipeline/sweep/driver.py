@@ -196,7 +196,7 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         forecast = preflight([s.variant for s in todo.values()], data, infra.ray, resources)
         todo = _scaled_timeouts(todo, forecast)
 
-    outbox, runs, kept = None, {}, 0
+    outbox, parent_id, runs, kept = None, None, {}, 0
     if todo:
         init_ray(infra.ray)  # before MLflow: a cluster that cannot run it fails here
         outbox = Outbox(Tracker(infra), infra.cache_dir)  # a store that cannot be used fails here
@@ -215,14 +215,14 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         except SweepInterruptedError:
             outbox.close(infra.tracking.outage_wait_seconds)  # runs stay open for the rerun
             raise
-        except BaseException:
+        except Exception:
             outbox.finish(SWEEP_REF, "FAILED")
             outbox.close(infra.tracking.outage_wait_seconds)
             raise
         outcomes.update(_collect(todo, grid, outputs))
     elif pending_journals(infra.cache_dir):  # records an earlier run could not send
         try:
-            send_pending(Tracker(infra), infra.cache_dir)
+            send_pending(Tracker(infra), infra.cache_dir, infra.tracking.outage_wait_seconds)
         except TrackingError as err:
             logger.warning("tracking records of earlier runs not sent yet: %s", err)
     _write_summary(paths.models_dir, specs, outcomes, data_hash)
@@ -235,8 +235,7 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         outbox.log_artifacts(SWEEP_REF, [paths.models_dir / SWEEP_FILE])
         outbox.finish(SWEEP_REF, "FAILED" if sweep_failed else "FINISHED")
         kept = outbox.close(infra.tracking.outage_wait_seconds)
-        runs = tracking.runs
-    parent_id = outbox.run_ids().get(SWEEP_REF) if outbox is not None else None
+        parent_id, runs = outbox.run_ids().get(SWEEP_REF), tracking.runs
     record = _write_last_sweep(paths, specs, outcomes, parent_id, runs, minutes, kept)
     if sweep_failed:
         raise SweepFailedError(failure_summary(failed, len(specs)))

@@ -70,9 +70,13 @@ class MlflowCallback(tune.Callback):
         self.data, self.data_dir = data, data_dir
         self.started: set[str] = set()
 
+    @staticmethod
+    def _ref(spec) -> str:
+        return f"train:{spec.config_hash}"
+
     def _run_for(self, trial) -> str:
         spec = self.specs[trial.config["variant"]]
-        ref = f"train:{spec.config_hash}"
+        ref = self._ref(spec)
         if ref not in self.started:
             self.outbox.start_run(
                 ref,
@@ -96,9 +100,9 @@ class MlflowCallback(tune.Callback):
         """Variant id -> MLflow run id, for the runs sent so far."""
         ids = self.outbox.run_ids()
         return {
-            spec.variant.id: ids[f"train:{spec.config_hash}"]
+            spec.variant.id: ids[self._ref(spec)]
             for spec in self.specs.values()
-            if f"train:{spec.config_hash}" in ids
+            if self._ref(spec) in ids
         }
 
     @_guarded

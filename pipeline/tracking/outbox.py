@@ -14,9 +14,10 @@ thread sends them to MLflow.
   metrics carry their timestamp (MLflow drops an exact duplicate), runs and logged
   models carry a tag naming their record and are looked up before being created, tags
   and artifacts overwrite themselves.
-- **Left over.** At the end of a stage the driver waits up to :data:`CLOSE_WAIT_S` for
-  the journal to drain; what is left stays under ``<cache_dir>/tracking/<writer>/`` and
-  the next train or evaluate stage sends it (or ``python -m pipeline.tracking.outbox``).
+- **Left over.** At the end of a stage the driver waits up to
+  ``tracking.outage_wait_seconds`` (infra.yaml) for the journal to drain; what is left
+  stays under ``<cache_dir>/tracking/<writer>/`` and the next train or evaluate stage
+  sends it (or ``python -m pipeline.tracking.outbox``).
 - **Ownership.** A live writer holds ``<writer>/lock`` (an OS lock that dies with its
   process). A RUNNING run tagged with a live writer is never reopened by another process:
   two queued DVC experiments training the same variant each get their own runs.
@@ -49,8 +50,6 @@ RECORD_TAG = "tracking.record"
 """Tag of a run or logged model: the journal record that made it (found before a resend)."""
 RETRY_MAX_S = 30.0
 """Longest pause between two attempts to reach an unreachable store."""
-CLOSE_WAIT_S = 60.0
-"""How long a stage waits at its end for records that cannot be sent yet."""
 HOST = socket.gethostname()
 QUICK_CLIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 """MLflow's own HTTP retries (about 2 minutes by default) shortened where the sender
@@ -224,12 +223,13 @@ class Outbox:
         )
 
     def log_metrics(self, ref: str, metrics: Mapping[str, Any], step: int = 0) -> None:
-        values = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+        """Metrics at ``step``, stamped now (the sender keeps the stamp; the tracker
+        drops what is not a finite number)."""
         self._put(
             {
                 "op": "metrics",
                 "ref": ref,
-                "metrics": values,
+                "metrics": dict(metrics),
                 "step": int(step),
                 "ts": int(time.time() * 1000),
             }
@@ -298,6 +298,8 @@ class Outbox:
                 self._wake.clear()
 
     def _drain(self, journal: Journal) -> bool:
+        if journal.pending() == 0:  # the idle loop reads nothing
+            return True
         records = journal.records()
         while journal.sent < len(records):
             record = records[journal.sent]
@@ -429,7 +431,7 @@ class Outbox:
         return writer not in mine and writer_alive(self.root, writer)
 
     # -------------------------------------------------------------------- close
-    def close(self, wait_s: float = CLOSE_WAIT_S) -> int:
+    def close(self, wait_s: float) -> int:
         """Send what is left (waiting up to ``wait_s`` while the store is unreachable);
         returns the number of records kept for a later run."""
         self._closing = True
@@ -488,8 +490,11 @@ def pending_journals(cache_dir: Path) -> bool:
     return root.is_dir() and any(f.is_dir() for f in root.iterdir())
 
 
-def send_pending(tracker: Tracker, cache_dir: Path, wait_s: float = CLOSE_WAIT_S) -> int:
-    """Send the records earlier runs left; returns how many are still kept."""
+def send_pending(tracker: Tracker, cache_dir: Path, wait_s: float) -> int:
+    """Send the records earlier runs left (waiting up to ``wait_s`` for an unreachable
+    store); returns how many are still kept."""
+    if not pending_journals(cache_dir):
+        return 0
     return Outbox(tracker, cache_dir).close(wait_s)
 
 

@@ -199,12 +199,25 @@ class Tracker:
         absent = [k for k, v in tags.items() if v == ""]
         return [r for r in runs if not any(k in r.data.tags for k in absent)]
 
-    def find_run(self, tags: Mapping[str, str], statuses: Iterable[str] = ()) -> Run | None:
+    def find_run(
+        self,
+        tags: Mapping[str, str],
+        statuses: Iterable[str] = (),
+        owned: Callable[[str | None], bool] = lambda writer: False,
+    ) -> Run | None:
         """The newest live run carrying all ``tags`` (and one of ``statuses``, if given);
-        a tag given as ``""`` must be absent."""
+        a tag given as ``""`` must be absent. A RUNNING run whose writer (its
+        :data:`WRITER_TAG`) is ``owned`` by a live process is passed over."""
         wanted = set(statuses)
-        runs = self._search(tags, max_results=50)
-        return next((r for r in runs if not wanted or r.info.status in wanted), None)
+        return next(
+            (
+                run
+                for run in self._search(tags, max_results=50)
+                if (not wanted or run.info.status in wanted)
+                and not (run.info.status == "RUNNING" and owned(run.data.tags.get(WRITER_TAG)))
+            ),
+            None,
+        )
 
     def newest_by(self, key: str, tags: Mapping[str, str]) -> dict[str, Run]:
         """The newest live run carrying ``tags`` for each value of tag ``key`` (one query)."""
@@ -246,16 +259,7 @@ class Tracker:
         statuses; any status if empty) that no live process still writes (``owned``:
         a run's :data:`WRITER_TAG` value -> whether that writer is alive), else start one.
         A reopened run is re-tagged with the current parent and DVC experiment."""
-        wanted = set(reuse)
-        found = next(
-            (
-                run
-                for run in self._search(key, max_results=50)
-                if (not wanted or run.info.status in wanted)
-                and not (run.info.status == "RUNNING" and owned(run.data.tags.get(WRITER_TAG)))
-            ),
-            None,
-        )
+        found = self.find_run(key, reuse, owned)
         if found is not None:
             run_id = found.info.run_id
             self.client.update_run(run_id, status="RUNNING")

@@ -5,12 +5,8 @@ runs. One variant family diverges on purpose (learning rate 1e36) and `allow_par
 lets the study finish around it."""
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -29,14 +25,14 @@ from pipeline.report.mlflow_ui import (
     search_runs,
 )
 from tests.support import (
-    CLEARED_ENV,
-    REPO_ROOT,
+    commit_all,
+    dvc_repo,
     needs_browser,
+    run_queue,
     stages_run,
     synthetic_pairs,
     tiny_infra,
     tiny_params,
-    write_params,
     write_tsv,
 )
 
@@ -46,9 +42,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
-    for name in ("pipeline", "stages", "scorers"):  # scorers/: the plugin, a train dep
-        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO_ROOT / "dvc.yaml", root / "dvc.yaml")
     write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
     params = tiny_params(
         root,
@@ -67,30 +60,12 @@ def project(tmp_path_factory):
         {"name": "Cosine vs additive", "plus": {"scorer": "cosine"},
          "minus": {"scorer": "additive"}, "effect": 0.5}
     ]  # fmt: skip
-    write_params(root / "params.yaml", params)
     infra = tiny_infra(root)
     infra["ray"]["storage_path"] = None  # the default, .ray_results in the project root
-    write_params(root / "infra.yaml", infra)
-    env = dict(os.environ, PYTHONPATH=str(root))
-    for key in CLEARED_ENV:
-        env.pop(key, None)
-
-    def sh(*command, timeout=900):
-        return subprocess.run(
-            command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
-        )
-
-    assert sh("git", "init", "-q").returncode == 0
-    assert sh(sys.executable, "-m", "dvc", "init", "-q").returncode == 0
-    shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots", dirs_exist_ok=True)
-    for name in (".gitignore", ".dvcignore"):
-        shutil.copy(REPO_ROOT / name, root / name)
+    sh = dvc_repo(root, params, infra)
     result = sh(sys.executable, "-m", "dvc", "repro")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    # DVC experiments need a baseline commit
-    assert sh("git", "add", "-A").returncode == 0
-    commit = sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "study")
-    assert commit.returncode == 0, commit.stderr
+    commit_all(sh, "study")
     return root, sh
 
 
@@ -410,19 +385,8 @@ def test_dvc_queued_experiment_runs_with_queue_start(project):
     root, sh = project
     queued = dvc(sh, "exp", "run", "--queue", "-n", "beam3", "-S", "evaluate.beam_size=3")
     assert queued.returncode == 0, queued.stderr[-2000:]
-    started = dvc(sh, "queue", "start")
-    assert started.returncode == 0, started.stderr[-2000:]
-    try:
-        deadline = time.time() + 600
-        while time.time() < deadline:
-            status = dvc(sh, "queue", "status").stdout
-            if "beam3" in status and not re.search(r"\b(Queued|Running)\b", status):
-                break
-            time.sleep(3)
-        logs = dvc(sh, "queue", "logs", "beam3").stdout
-        assert re.search(r"beam3\s.*Success", status), status + logs[-3000:]
-    finally:
-        dvc(sh, "queue", "stop")  # only this repo's worker
+    status = run_queue(sh, ["beam3"], timeout=600)
+    assert re.search(r"beam3\s.*Success", status), status
     _check_experiment_runs(root, sh, "beam3", 3)
 
 

@@ -44,13 +44,13 @@ def _train_records(outbox: Outbox, tmp_path, finish: bool = True) -> None:
 
 
 def _train_runs(tracker):
-    return [r for r in tracker._search({"kind": "train"}, 100)]
+    return tracker._search({"kind": "train"}, 100)
 
 
 def test_records_reach_mlflow_once_and_the_journal_is_removed(tracker, tmp_path):
     outbox = Outbox(tracker, tmp_path / "cache")
     _train_records(outbox, tmp_path)
-    assert outbox.close() == 0
+    assert outbox.close(60) == 0
     assert not pending_journals(tmp_path / "cache")
     (run,) = _train_runs(tracker)
     history = tracker.client.get_metric_history(run.info.run_id, "dev_loss")
@@ -72,14 +72,14 @@ def test_a_journal_replayed_after_a_crash_adds_nothing(tracker, tmp_path):
         outbox._wake.set()
         outbox._thread.join(0.1)
     shutil.copytree(outbox.journal.folder, saved, ignore=shutil.ignore_patterns("lock"))
-    assert outbox.close() == 0
+    assert outbox.close(60) == 0
     (saved / "sent").unlink()
     (saved / "runs.json").unlink()
     shutil.copytree(saved, cache / "tracking" / outbox.journal.name)
 
     again = Outbox(tracker, cache)  # adopts the orphan and replays it
     assert [j.name for j in again.orphans] == [outbox.journal.name]
-    assert again.close() == 0 and not pending_journals(cache)
+    assert again.close(60) == 0 and not pending_journals(cache)
     (run,) = _train_runs(tracker)
     history = tracker.client.get_metric_history(run.info.run_id, "dev_loss")
     assert [m.step for m in history] == [200, 400, 600]
@@ -100,16 +100,16 @@ def test_a_run_a_live_writer_owns_is_never_reopened(tracker, tmp_path):
     second.start_run(
         "train:h", "additive-s1", {"kind": "train", "config_hash": "h"}, reuse=UNFINISHED
     )
-    assert second.close() == 0
+    assert second.close(60) == 0
     assert second.run_ids()["train:h"] != first.run_ids()["train:h"]
 
-    assert first.close() == 0  # the writer ends: its RUNNING run may be continued
+    assert first.close(60) == 0  # the writer ends: its RUNNING run may be continued
     assert not writer_alive(cache / "tracking", owner)
     third = Outbox(tracker, cache)
     third.start_run(
         "train:h", "additive-s1", {"kind": "train", "config_hash": "h"}, reuse=UNFINISHED
     )
-    assert third.close() == 0
+    assert third.close(60) == 0
     assert third.run_ids()["train:h"] in (first.run_ids()["train:h"], second.run_ids()["train:h"])
 
 
@@ -122,7 +122,7 @@ def test_a_record_the_store_refuses_is_set_aside_not_retried_forever(tracker, tm
     while outbox.journal.pending():
         outbox._thread.join(0.1)
     assert refused.read_text().count("never-started") == 1
-    assert outbox.close() == 0
+    assert outbox.close(60) == 0
     (run,) = _train_runs(tracker)
     assert run.data.tags["after"] == "yes"
 
