@@ -8,11 +8,12 @@ decode tasks return), and the sweep's own files under ``models/``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.io import sha256_file
+from pipeline.io import sha256_file, write_bytes
 
 SWEEP_FILE = "sweep.json"
 """``models/sweep.json``: status, config hash and training summary of every variant
@@ -56,6 +57,9 @@ class VariantFiles:
     CONFIG = "config.json"  # variant id, axes, flattened params
     RESULT = "result.json"  # config hash + training summary: marks the variant finished
     DEV_ATTENTION = "dev_attention.png"  # attention of one dev sentence (attention models)
+    SRC_MODEL = "src.model"  # the subword models it was trained with (copies of data/tok's):
+    TGT_MODEL = "tgt.model"  # with them the folder translates alone (pipeline/translate)
+    TOKENIZERS = (SRC_MODEL, TGT_MODEL)
     KEPT = (CHECKPOINT, HISTORY, CONFIG, RESULT, DEV_ATTENTION)
     """The files of a finished variant (``last.pt`` is dropped once it finished)."""
     MANIFEST = "sha256.json"
@@ -85,6 +89,15 @@ class VariantFiles:
     @property
     def dev_attention(self) -> Path:
         return self.folder / self.DEV_ATTENTION
+
+    def add_tokenizers(self, models: Mapping[str, bytes]) -> None:
+        """Write the subword models (``src.model``/``tgt.model`` -> bytes, from
+        ``data/tok``) into the folder, so that it translates alone; unchanged files are
+        left as they are."""
+        for name in self.TOKENIZERS:
+            path = self.folder / name
+            if not (path.is_file() and path.read_bytes() == models[name]):
+                write_bytes(path, models[name])
 
     def finished(self, config_hash: str) -> dict[str, Any] | None:
         """``result.json`` (config hash + summary) if the folder holds a finished variant of

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
+from pipeline.artifacts import VariantFiles
 from pipeline.config.grid import Variant
 from pipeline.config.params import ModelConfig, TrainConfig
-from pipeline.data.dataset import TokenizedSplit
+from pipeline.data.dataset import TokenizedData, TokenizedSplit
 from pipeline.scorers import catalogue, plugins
 
 
@@ -119,6 +120,29 @@ def make_variant(tiny_model_config) -> Callable[..., Variant]:
         return Variant(f"{scorer}-rev-h32-s{config.seed}", model, config, {"scorer": scorer})
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_variant_folder(tiny_tok_dir, tmp_path_factory):
+    """A trained tiny additive variant (reversed source) whose folder holds its subword
+    models, as the train stage writes ``models/<variant>/``."""
+    model = ModelConfig(embedding_size=16, hidden_size=32, dropout=0.0, reverse_source=True)
+    train = TrainConfig(
+        batch_tokens=60,
+        learning_rate=0.01,
+        max_epochs=12,
+        patience=50,
+        early_stopping_metric="loss",
+        dev_bleu_sentences=8,
+    )
+    variant = Variant("additive-rev-h32-s1", model, train, {"scorer": "additive"})
+    from pipeline.train.trainer import train_variant  # heavy: only where it is used
+
+    folder = tmp_path_factory.mktemp("models") / variant.id
+    train_variant(variant, tiny_tok_dir, folder)
+    data = TokenizedData.load(tiny_tok_dir)
+    VariantFiles(folder).add_tokenizers({n: data.files[n] for n in VariantFiles.TOKENIZERS})
+    return folder
 
 
 # =============================================================================

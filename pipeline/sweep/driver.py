@@ -225,6 +225,10 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
             send_pending(Tracker(infra), infra.cache_dir, infra.tracking.outage_wait_seconds)
         except TrackingError as err:
             logger.warning("tracking records of earlier runs not sent yet: %s", err)
+    tokenizers = {name: data.files[name] for name in VariantFiles.TOKENIZERS}
+    for variant_id, outcome in outcomes.items():
+        if outcome.status != "failed":  # a finished folder translates alone
+            VariantFiles(paths.models_dir / variant_id).add_tokenizers(tokenizers)
     _write_summary(paths.models_dir, specs, outcomes, data_hash)
     failed = [o for o in outcomes.values() if o.status == "failed"]
     sweep_failed = bool(failed) and not config.train.allow_partial

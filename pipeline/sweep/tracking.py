@@ -141,7 +141,8 @@ class MlflowCallback(tune.Callback):
         self.outbox.log_model(
             ref,
             spec.variant.id,
-            [files.checkpoint, files.config],
+            # what translates: the best checkpoint, its config and the subword models
+            [files.checkpoint, files.config, *(self.data_dir / n for n in files.TOKENIZERS)],
             step=int(summary.get("best_step", 0)),
             params=spec.variant.flat_params(),
             tags={"config_hash": spec.config_hash, "variant": spec.variant.id},

@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 import threading
 import time
 import urllib.request
@@ -43,6 +44,7 @@ from filelock import FileLock, Timeout
 
 from pipeline.io import write_json, write_text
 from pipeline.tracking.store import WRITER_TAG, Tracker
+from pipeline.translate.mlflow_model import save_pyfunc
 
 logger = logging.getLogger(__name__)
 
@@ -394,14 +396,16 @@ class Outbox:
         elif op == "model":
             made_by = {RECORD_TAG: f"{journal.name}/{record['seq']}"}
             if tracker.log_models and tracker.find_logged_model(made_by) is None:
-                tracker.log_model(
-                    run_id,
-                    record["name"],
-                    map(Path, record["files"]),
-                    step=record["step"],
-                    params=record["params"],
-                    tags={**record["tags"], **made_by},
-                )
+                with tempfile.TemporaryDirectory(prefix="model-") as tmp:
+                    model_dir = save_pyfunc(map(Path, record["files"]), Path(tmp) / "model")
+                    tracker.log_model(
+                        run_id,
+                        record["name"],
+                        model_dir,
+                        step=record["step"],
+                        params=record["params"],
+                        tags={**record["tags"], **made_by},
+                    )
         else:
             raise ValueError(f"unknown tracking record {op!r}")
 

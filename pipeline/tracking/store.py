@@ -63,6 +63,7 @@ from pipeline.errors import StageError
 logger = logging.getLogger(__name__)
 
 PARENT_TAG = "mlflow.parentRunId"
+MODEL_TYPE = "translation"  # the Models tab's type column: an MLflow pyfunc that translates
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 """MLflow 3's UI opens a model-training experiment on its runs table (not GenAI traces)."""
 DVC_TAGS = {"DVC_EXP_NAME": "dvc.exp_name", "DVC_EXP_BASELINE_REV": "dvc.baseline_rev"}
@@ -336,14 +337,15 @@ class Tracker:
         self,
         run_id: str,
         name: str,
-        files: Iterable[Path],
+        model_dir: Path,
         *,
         step: int,
         params: Mapping[str, Any],
         tags: Mapping[str, str],
     ) -> str | None:
-        """Log ``files`` (a checkpoint and its config) as an MLflow logged model produced
-        by ``run_id`` at ``step`` (the run's Models column); ``None`` when turned off."""
+        """Upload ``model_dir`` (an MLflow model folder: ``MLmodel`` and its artifacts) as
+        a logged model produced by ``run_id`` at ``step`` (the run's Models column, the
+        Models tab); ``None`` when turned off."""
         if not self.log_models:
             return None
         model = self.client.create_logged_model(
@@ -352,14 +354,33 @@ class Tracker:
             source_run_id=run_id,
             params={k: str(v)[:_MAX_PARAM] for k, v in params.items()},
             tags=dict(tags),
-            model_type="seq2seq-checkpoint",
+            model_type=MODEL_TYPE,
         )
         try:
-            for path in files:
-                self.client.log_model_artifact(model.model_id, str(path))
+            self.client.log_model_artifacts(model.model_id, str(model_dir))
         except Exception:
             self.client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
             raise
         self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
         self.client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=step)])
         return model.model_id
+
+    def register(self, name: str, model_id: str, alias: str, tags: Mapping[str, str]) -> str:
+        """Point registered model ``name``'s ``alias`` at logged model ``model_id`` (a new
+        version unless the alias already points at it); the version number."""
+        try:
+            current = self.client.get_model_version_by_alias(name, alias)
+            if model_id in (current.model_id, current.source.removeprefix("models:/")):
+                return current.version
+        except MlflowException:  # no such model or alias yet
+            pass
+        if not self.client.search_registered_models(f"name = {_quoted(name)}"):
+            try:
+                self.client.create_registered_model(name)
+            except MlflowException:  # created meanwhile by another process
+                pass
+        version = self.client.create_model_version(
+            name, source=f"models:/{model_id}", model_id=model_id, tags=dict(tags)
+        )
+        self.client.set_registered_model_alias(name, alias, version.version)
+        return version.version

@@ -22,9 +22,9 @@ def tracker(tmp_path, monkeypatch):
     return Tracker(infra_at(tmp_path))
 
 
-def _train_records(outbox: Outbox, tmp_path, finish: bool = True) -> None:
-    checkpoint = tmp_path / "checkpoint.pt"
-    checkpoint.write_bytes(b"weights")
+def _train_records(outbox: Outbox, variant, finish: bool = True) -> None:
+    """A sweep's records for one trained variant (``variant``: its folder)."""
+    files = [variant / n for n in ("checkpoint.pt", "config.json", "src.model", "tgt.model")]
     outbox.start_run("sweep", "sweep-1", {"kind": "sweep", "grid_hash": "g"}, reuse=UNFINISHED)
     outbox.start_run(
         "train:h",
@@ -37,7 +37,7 @@ def _train_records(outbox: Outbox, tmp_path, finish: bool = True) -> None:
     for step in (200, 400, 600):
         outbox.log_metrics("train:h", {"dev_loss": 3.0 - step / 1000}, step=step)
     outbox.set_tags("train:h", {"stop_reason": "early_stopping"})
-    outbox.log_model("train:h", "additive-s1", [checkpoint], step=400, params={}, tags={})
+    outbox.log_model("train:h", "additive-s1", files, step=400, params={}, tags={})
     if finish:
         outbox.finish("train:h")
         outbox.finish("sweep")
@@ -47,9 +47,11 @@ def _train_runs(tracker):
     return tracker._search({"kind": "train"}, 100)
 
 
-def test_records_reach_mlflow_once_and_the_journal_is_removed(tracker, tmp_path):
+def test_records_reach_mlflow_once_and_the_journal_is_removed(
+    tracker, tmp_path, tiny_variant_folder
+):
     outbox = Outbox(tracker, tmp_path / "cache")
-    _train_records(outbox, tmp_path)
+    _train_records(outbox, tiny_variant_folder)
     assert outbox.close(60) == 0
     assert not pending_journals(tmp_path / "cache")
     (run,) = _train_runs(tracker)
@@ -61,12 +63,12 @@ def test_records_reach_mlflow_once_and_the_journal_is_removed(tracker, tmp_path)
     assert [m.source_run_id for m in models] == [run.info.run_id]
 
 
-def test_a_journal_replayed_after_a_crash_adds_nothing(tracker, tmp_path):
+def test_a_journal_replayed_after_a_crash_adds_nothing(tracker, tmp_path, tiny_variant_folder):
     """A writer killed after sending but before counting: the next process replays every
     record; runs, metric steps and logged models still appear once."""
     cache = tmp_path / "cache"
     outbox = Outbox(tracker, cache)
-    _train_records(outbox, tmp_path)
+    _train_records(outbox, tiny_variant_folder)
     saved = tmp_path / "saved"
     while outbox.journal.pending():  # everything sent, nothing counted in the copy
         outbox._wake.set()
@@ -87,10 +89,10 @@ def test_a_journal_replayed_after_a_crash_adds_nothing(tracker, tmp_path):
     assert len(tracker._search({"kind": "sweep"}, 100)) == 1
 
 
-def test_a_run_a_live_writer_owns_is_never_reopened(tracker, tmp_path):
+def test_a_run_a_live_writer_owns_is_never_reopened(tracker, tmp_path, tiny_variant_folder):
     cache = tmp_path / "cache"
     first = Outbox(tracker, cache)
-    _train_records(first, tmp_path, finish=False)  # RUNNING, its writer alive
+    _train_records(first, tiny_variant_folder, finish=False)  # RUNNING, its writer alive
     while first.journal.pending():
         first._thread.join(0.1)
     owner = tracker.client.get_run(first.run_ids()["train:h"]).data.tags[WRITER_TAG]

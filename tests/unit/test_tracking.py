@@ -1,5 +1,7 @@
 """The MLflow tracker on a real SQLite store: runs found by tags, recreated when gone."""
 
+import mlflow.pyfunc
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -11,6 +13,8 @@ from pipeline.tracking.store import (
     resolve_uri,
     still_improving,
 )
+from pipeline.translate import Translator
+from pipeline.translate.mlflow_model import save_pyfunc
 
 
 def infra_at(root, **tracking) -> Infra:
@@ -51,16 +55,32 @@ def test_runs_are_found_by_tags_reopened_and_recreated_when_deleted(tracker, mon
     assert tracker.find_run(key).info.run_id == third
 
 
-def test_a_checkpoint_is_logged_as_a_model_of_its_run(tracker, tmp_path):
+def test_a_variant_is_logged_as_an_mlflow_model_that_translates(
+    tracker, tmp_path, tiny_variant_folder, monkeypatch
+):
+    """The logged model loads with ``mlflow.pyfunc`` and translates as the variant does;
+    a registry alias points at it (once, however often it is set)."""
     run_id = tracker.start_run("lr0.01/x")
-    files = [tmp_path / "checkpoint.pt", tmp_path / "config.json"]
-    for path in files:
-        path.write_bytes(b"x" * 10)
-    model_id = tracker.log_model(run_id, "lr0.01/x", files, step=2, params={"p": 1}, tags={})
+    names = ("checkpoint.pt", "config.json", "src.model", "tgt.model")
+    model_dir = save_pyfunc([tiny_variant_folder / n for n in names], tmp_path / "model")
+    model_id = tracker.log_model(run_id, "lr0.01/x", model_dir, step=2, params={"p": 1}, tags={})
     model = tracker.client.get_logged_model(model_id)
     assert model.name == "lr0_01_x" and model.source_run_id == run_id
     outputs = tracker.client.get_run(run_id).outputs.model_outputs
     assert [(o.model_id, o.step) for o in outputs] == [(model_id, 2)]
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.uri)  # where a user's store is
+    sentences = ["ka lo mi nu", "xe va"]
+    expected = Translator.load(tiny_variant_folder).translate(sentences, beam_size=2)
+    loaded = mlflow.pyfunc.load_model(f"models:/{model_id}")
+    assert loaded.predict(sentences, params={"beam_size": 2}) == [t.translation for t in expected]
+    assert loaded.predict(pd.DataFrame({"text": sentences[:1]}), params={"beam_size": 2}) == [
+        expected[0].translation
+    ]
+    version = tracker.register("study", model_id, "dev-best", {"variant": "x"})
+    assert tracker.register("study", model_id, "dev-best", {"variant": "x"}) == version
+    aliased = mlflow.pyfunc.load_model("models:/study@dev-best")
+    assert aliased.predict(sentences[1:], params={"beam_size": 2}) == [expected[1].translation]
 
 
 def test_an_unusable_tracking_uri_is_one_line_naming_the_setting(tmp_path):

@@ -1,0 +1,219 @@
+"""Translate text with a trained variant, outside the pipeline.
+
+A variant's folder ``models/<variant>/`` holds everything translation needs: the best
+checkpoint (weights, model config, the sha256 of both subword models), ``config.json``
+(its decoding length cap) and the two sentencepiece models ``src.model`` and
+``tgt.model``. :func:`export` copies those files alone into a folder of their own, which
+translates anywhere the project is installed. Input text is normalised as the fetch stage
+normalised the training corpus (NFKC, one space between words), so a sentence typed by a
+user meets the model the way its training data did.
+
+Used by the command line (``python -m pipeline.translate``, :mod:`pipeline.translate.cli`)
+and by the MLflow model of each variant (:mod:`pipeline.translate.mlflow_model`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.artifacts import VariantFiles
+from pipeline.data.cleaning import normalize
+from pipeline.data.dataset import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SubwordTokenizer,
+    TokenizedDataError,
+    TokenizedSplit,
+)
+from pipeline.io import atomic_dir
+from pipeline.models.checkpoint import LoadedCheckpoint, VocabInfo, load_checkpoint
+from pipeline.models.search import translate as search
+
+DEFAULT_BEAM_SIZE = 5
+"""The evaluate stage's default beam (``evaluate.beam_size``): what the study's test BLEU
+measured."""
+DEFAULT_MAX_RATIO = 2.0  # train.max_decode_ratio's default, for a folder without config.json
+BATCH_SENTENCES = {True: 64, False: 32}
+"""Sentences per batch, greedy (True) or beam: the evaluate stage's measured best."""
+
+
+class TranslateError(ValueError):
+    """A model folder or input that cannot translate; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One input line and its translation; with attention asked for, the subword pieces
+    of both sides (each ending in ``</s>``) and the weights (target x source rows)."""
+
+    source: str
+    translation: str
+    source_pieces: list[str] | None = None
+    target_pieces: list[str] | None = None
+    attention: list[list[float]] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def resolve_model(model: str | Path, models_dir: str | Path = "models") -> Path:
+    """A variant's folder from what a user gives: a folder, its ``checkpoint.pt``, or a
+    variant id under ``models_dir``."""
+    path = Path(model)
+    if path.is_file() and path.name.endswith(".pt"):
+        return path.parent
+    if path.is_dir():
+        return path
+    candidate = Path(models_dir) / str(model)
+    if candidate.is_dir():
+        return candidate
+    known = sorted(p.name for p in Path(models_dir).glob("*/") if (p / "checkpoint.pt").is_file())
+    if known:
+        hint = f"; variants in {models_dir}/: {', '.join(known)}"
+    else:
+        hint = f"; {models_dir}/ holds no trained variant (run `dvc repro train` or `dvc pull`)"
+    raise TranslateError(f"{model}: no such model folder, checkpoint or variant id{hint}")
+
+
+def _tokenizers(folder: Path, tok_dir: Path | None) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    for where in (folder, tok_dir):
+        if where is None:
+            continue
+        src, tgt = where / VariantFiles.SRC_MODEL, where / VariantFiles.TGT_MODEL
+        if src.is_file() and tgt.is_file():
+            try:
+                return SubwordTokenizer(src), SubwordTokenizer(tgt)
+            except TokenizedDataError as err:
+                raise TranslateError(str(err)) from None
+    looked = f"{folder}" + (f" or {tok_dir}" if tok_dir else "")
+    raise TranslateError(
+        f"{looked}: no {VariantFiles.SRC_MODEL}/{VariantFiles.TGT_MODEL} (the subword models "
+        "the variant was trained with); give --tok data/tok, or export the variant"
+    )
+
+
+class Translator:
+    """A loaded variant that turns sentences into translations (greedy or beam search)."""
+
+    def __init__(
+        self,
+        loaded: LoadedCheckpoint,
+        src: SubwordTokenizer,
+        tgt: SubwordTokenizer,
+        folder: Path,
+        max_ratio: float,
+        device: str = "cpu",
+    ):
+        self.loaded, self.src, self.tgt = loaded, src, tgt
+        self.folder, self.max_ratio, self.device = folder, max_ratio, device
+
+    @property
+    def variant_id(self) -> str:
+        return self.loaded.variant_id
+
+    @property
+    def has_attention(self) -> bool:
+        return self.loaded.model.has_attention
+
+    @classmethod
+    def load(
+        cls, folder: str | Path, tok_dir: str | Path | None = None, device: str = "cpu"
+    ) -> Translator:
+        """Load a variant's folder (``checkpoint.pt`` and the two subword models, from the
+        folder or else ``tok_dir``); subword models other than the ones the checkpoint
+        was trained with are refused, naming what differs."""
+        folder = Path(folder)
+        checkpoint = folder / VariantFiles.CHECKPOINT
+        if not checkpoint.is_file():
+            raise TranslateError(f"{checkpoint}: checkpoint not found")
+        src, tgt = _tokenizers(folder, Path(tok_dir) if tok_dir else None)
+        try:
+            loaded = load_checkpoint(
+                checkpoint, expected_vocab=VocabInfo.from_tokenizers(src, tgt), device=device
+            )
+        except ValueError as err:
+            raise TranslateError(str(err)) from None
+        return cls(loaded, src, tgt, folder, _max_ratio(folder), device)
+
+    def translate(
+        self,
+        lines: Sequence[str],
+        *,
+        beam_size: int = DEFAULT_BEAM_SIZE,
+        length_penalty: float = 1.0,
+        attention: bool = False,
+    ) -> list[Translation]:
+        """Translate ``lines`` (one sentence each; an empty line gives an empty line)."""
+        if beam_size < 1:
+            raise TranslateError(f"beam size {beam_size}: must be at least 1")
+        texts = [normalize(line) for line in lines]
+        todo = [i for i, text in enumerate(texts) if text]
+        found: list[Translation] = [Translation(line, "") for line in lines]
+        if not todo:
+            return found
+        ids = self.src.encode([texts[i] for i in todo])
+        split = TokenizedSplit.from_sequences(ids, [[] for _ in ids])
+        hypotheses, attentions = search(
+            self.loaded.model,
+            split,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_ratio=self.max_ratio,
+            batch_size=BATCH_SENTENCES[beam_size == 1],
+            device=self.device,
+        )
+        outputs = self.tgt.decode(hypotheses)
+        for row, index in enumerate(todo):
+            extra = {}
+            if attention and self.has_attention and attentions[row] is not None:
+                extra = {
+                    "source_pieces": self.src.pieces(ids[row]) + ["</s>"],
+                    "target_pieces": self.tgt.pieces(_until_eos(hypotheses[row])) + ["</s>"],
+                    "attention": np.round(np.asarray(attentions[row], float), 4).tolist(),
+                }
+            found[index] = Translation(lines[index], outputs[row], **extra)
+        return found
+
+
+def _until_eos(ids: Iterable[int]) -> list[int]:
+    out = []
+    for i in ids:
+        if int(i) == EOS_ID:
+            break
+        if int(i) not in (PAD_ID, BOS_ID):
+            out.append(int(i))
+    return out
+
+
+def _max_ratio(folder: Path) -> float:
+    """The variant's decoding length cap (``train.max_decode_ratio`` in its config.json)."""
+    try:
+        config = json.loads((folder / VariantFiles.CONFIG).read_text())
+    except (OSError, ValueError):
+        return DEFAULT_MAX_RATIO
+    params = config.get("params", config)
+    return float(params.get("train.max_decode_ratio", DEFAULT_MAX_RATIO))
+
+
+def export(model: str | Path, out: str | Path, tok_dir: str | Path | None = None) -> Path:
+    """Copy a variant's checkpoint, config and both subword models into ``out`` (written
+    atomically): a folder that translates on its own. The variant is loaded first, so a
+    folder whose files do not belong together is refused before anything is written."""
+    translator = Translator.load(model, tok_dir)
+    out = Path(out)
+    with atomic_dir(out) as tmp:
+        shutil.copyfile(translator.folder / VariantFiles.CHECKPOINT, tmp / VariantFiles.CHECKPOINT)
+        shutil.copyfile(translator.src.path, tmp / VariantFiles.SRC_MODEL)
+        shutil.copyfile(translator.tgt.path, tmp / VariantFiles.TGT_MODEL)
+        config = translator.folder / VariantFiles.CONFIG
+        if config.is_file():
+            shutil.copyfile(config, tmp / VariantFiles.CONFIG)
+    return out

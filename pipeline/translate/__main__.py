@@ -1,0 +1,3 @@
+from pipeline.translate.cli import main
+
+main()

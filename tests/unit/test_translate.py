@@ -1,0 +1,119 @@
+"""Translating text with a trained variant: the library, the command line and export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pipeline.data.dataset import TokenizedData
+from pipeline.models.checkpoint import load_checkpoint
+from pipeline.models.search import translate as search
+from pipeline.translate import TranslateError, Translator, resolve_model
+from tests.conftest import tiny_sentence_pairs
+
+
+def _cli(*args, stdin: str = "", cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.translate", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def test_translations_are_the_decoder_s_on_the_same_sentences(tiny_variant_folder, tiny_tok_dir):
+    """Text in (normalised, encoded) gives what the evaluate stage's decoder gives for
+    the same sentences from data/tok, greedy and beam."""
+    data = TokenizedData.load(tiny_tok_dir)
+    test = data.split("test")
+    sources = [s for s, _ in tiny_sentence_pairs(12, 3)]
+    translator = Translator.load(tiny_variant_folder)
+    model = load_checkpoint(tiny_variant_folder / "checkpoint.pt").model
+    for beam in (1, 3):
+        ids, _ = search(model, test, beam_size=beam, max_ratio=2.0)
+        expected = data.tgt_tokenizer.decode(ids)
+        got = [t.translation for t in translator.translate(sources, beam_size=beam)]
+        assert got == expected
+        assert any(got)  # a trained model says something
+
+
+def test_command_line_keeps_lines_in_order_and_blank_lines_blank(tiny_variant_folder):
+    sources = [s for s, _ in tiny_sentence_pairs(5, 4)]
+    text = "\n".join([sources[0], "", "  " + sources[1].replace(" ", "   ") + " ", *sources[2:]])
+    done = _cli(tiny_variant_folder, "--greedy", stdin=text + "\n")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")[:-1]
+    assert len(lines) == len(sources) + 1 and lines[1] == ""
+    expected = Translator.load(tiny_variant_folder).translate(sources, beam_size=1)
+    assert [lines[0], *lines[2:]] == [t.translation for t in expected]  # spaces normalised
+
+
+def test_json_with_attention_has_one_row_per_target_piece(tiny_variant_folder, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("ka lo mi nu\nxe va\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    done = _cli(tiny_variant_folder, "-i", source, "-o", out, "--json", "--attention")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["source"] for r in rows] == ["ka lo mi nu", "xe va"]
+    for row in rows:
+        weights = np.array(row["attention"])
+        assert weights.shape == (len(row["target_pieces"]), len(row["source_pieces"]))
+        assert np.allclose(weights.sum(axis=1), 1.0, atol=1e-3)  # a distribution per step
+
+
+def test_an_exported_folder_translates_alone_and_the_same(tiny_variant_folder, tmp_path):
+    exported = tmp_path / "exported"
+    done = _cli(tiny_variant_folder, "--export", exported)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in exported.iterdir()) == sorted(
+        ["checkpoint.pt", "config.json", "src.model", "tgt.model"]
+    )
+    sources = [s for s, _ in tiny_sentence_pairs(6, 5)]
+    moved = shutil.move(str(exported), tmp_path / "elsewhere")
+    first = Translator.load(tiny_variant_folder).translate(sources)
+    assert Translator.load(moved).translate(sources) == first
+
+
+def test_a_variant_id_resolves_under_the_models_folder(tiny_variant_folder):
+    assert (
+        resolve_model(tiny_variant_folder.name, tiny_variant_folder.parent) == tiny_variant_folder
+    )
+    assert resolve_model(tiny_variant_folder / "checkpoint.pt") == tiny_variant_folder
+    with pytest.raises(TranslateError, match="variants in .*additive-rev-h32-s1"):
+        resolve_model("dot-h32-s1", tiny_variant_folder.parent)
+
+
+def test_other_subword_models_are_refused_naming_the_difference(
+    tiny_variant_folder, tiny_other_tokenizer, tmp_path
+):
+    folder = tmp_path / "mixed"
+    shutil.copytree(tiny_variant_folder, folder)
+    shutil.copyfile(tiny_other_tokenizer, folder / "tgt.model")
+    with pytest.raises(TranslateError, match="other tokenizers.*tgt_sha256"):
+        Translator.load(folder)
+
+
+def test_command_line_errors_are_one_line_and_write_nothing(tiny_variant_folder, tmp_path):
+    out = tmp_path / "out.txt"
+    missing = _cli(tmp_path / "nowhere", "-o", out, stdin="ka lo\n")
+    assert missing.returncode == 1 and out.exists() is False
+    assert missing.stderr.strip().count("\n") == 0
+    assert missing.stderr.startswith("error: ") and "nowhere" in missing.stderr
+    folder = tmp_path / "no_tokenizers"
+    shutil.copytree(tiny_variant_folder, folder)
+    (folder / "src.model").unlink()
+    lacking = _cli(folder, stdin="ka lo\n")
+    assert lacking.returncode == 1 and "--tok" in lacking.stderr
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_variant_folder, damaged)
+    (damaged / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    broken = _cli(damaged, stdin="ka lo\n")
+    assert broken.returncode == 1 and "not a readable checkpoint" in broken.stderr
