@@ -16,11 +16,15 @@ TORCH_SPEC ?= torch
 # PYTHON: the interpreter .venv is made with (3.10-3.12).
 PYTHON ?= python3
 TORCH_INDEX_cpu := --index-url https://download.pytorch.org/whl/cpu
-$(VENV)/.installed: pyproject.toml
+# CONSTRAINTS: a pip constraints file for both installs, e.g. the committed study's
+# versions: `make setup CONSTRAINTS=constraints/study.txt` (with TORCH=cpu, the default).
+CONSTRAINTS ?=
+PIP_CONSTRAINTS := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_INDEX_$(TORCH))
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_INDEX_$(TORCH)) $(PIP_CONSTRAINTS)
+	$(BIN)/python -m pip install -q -e ".[dev]" $(PIP_CONSTRAINTS)
 	touch $@
 
 # The report's browser check drives a system Chromium with Playwright (no browser is
@@ -40,7 +44,7 @@ test: setup           ## the full test suite, end-to-end tests included (what CI
 test-fast: setup      ## skip the slow end-to-end tests
 	python -m pytest -m "not slow"
 
-LINTED := pipeline stages tests benchmarks scorers
+LINTED := pipeline stages tests benchmarks scorers tools
 lint: setup           ## what CI lints
 	ruff check $(LINTED)
 	ruff format --check $(LINTED)

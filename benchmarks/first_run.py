@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.io import write_json, write_text
-from pipeline.report.readme_block import sync_block
+from tools.readme_block import sync_block
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "first_run"

@@ -42,7 +42,11 @@ METRICS_FILE = "test.json"
 VARIANT_PLOTS_FILE = "test_bleu.csv"
 """``metrics/test_bleu.csv``: test BLEU per variant (``dvc plots show``)."""
 PLOTS_FILE = "bleu_by_length.csv"
-"""``metrics/bleu_by_length.csv``: the DVC plots file (``dvc plots show``)."""
+"""``metrics/bleu_by_length.csv``: BLEU per length bucket, the seed mean of each
+configuration (``dvc plots show``)."""
+CURVES_PLOTS_FILE = "learning_curves.csv"
+"""``metrics/learning_curves.csv``: dev BLEU and dev loss per step of every variant, with
+its scorer (``dvc plots show``: the learning curves)."""
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,15 @@ def main(args, config) -> None:
     names = (args.tok, args.raw, args.models, args.out, args.metrics)
     paths = [(REPO_ROOT / p).resolve() for p in names]
     summary = evaluate(config, infra(args), *paths)
-    best, verdicts = summary["headline"]["best"], summary["headline"]["verdicts"]
-    logger.info("evaluated %d variants; best scorer (chosen on dev): %s, test BLEU %s inside "
-                "the training lengths; verdicts: %s", len(summary["variants"]), best["scorer"],
-                best["bleu_inside"], verdicts)  # fmt: skip
+    words, numbers = summary["headline"], summary["numbers"]
+    logger.info(
+        "evaluated %d variants; best scorer (chosen on dev): %s, test BLEU %s inside the "
+        "training lengths; verdicts: %s",
+        len(summary["variants"]),
+        words["best_scorer"],
+        numbers["best_bleu_inside"],
+        words["verdicts"],
+    )
 
 
 if __name__ == "__main__":

@@ -279,7 +279,7 @@ def stages_run(dvc_stdout: str) -> set[str]:
 def needs_browser() -> None:
     """Skip (one line saying why) without a Chromium; with ``REQUIRE_BROWSER=1`` (CI) a
     missing browser fails instead."""
-    from pipeline.report.browser import find_chromium
+    from tools.browser import find_chromium
 
     if find_chromium() is not None:
         return

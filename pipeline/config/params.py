@@ -298,11 +298,8 @@ class EvaluateConfig(Section):
     """Length normalisation exponent alpha: score / length**alpha."""
     bootstrap_samples: int = Field(1000, ge=10)
     """Bootstrap resamples of sacreBLEU's 95% intervals and paired bootstrap test."""
-    ar_trials: int = Field(10000, ge=100)
-    """Shuffles of sacreBLEU's paired approximate randomization test (its default); the
-    smallest p-value it can give is 1/(trials+1)."""
     bootstrap_seed: int = 12345
-    """Seed of both tests and of the intervals (sacreBLEU's ``SACREBLEU_SEED``)."""
+    """Seed of the paired bootstrap test and of the intervals (sacreBLEU's ``SACREBLEU_SEED``)."""
     attention_examples: int = Field(6, ge=0)
     """Test sentences whose attention matrices are saved (seeded, across lengths)."""
     comparisons: list[ComparisonConfig] = Field(default_factory=list)

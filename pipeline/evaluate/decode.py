@@ -127,16 +127,19 @@ def decode_variant(spec: DecodeSpec, data: TokenizedData) -> DecodeResult:
         device=device,
     )
     split = data.split(spec.split)
+    started_at = time.time()
     start = time.perf_counter()
     hypotheses, attentions = decode_split(
         loaded.model, split, spec.evaluate, spec.max_ratio, device
     )
     seconds = time.perf_counter() - start
-    result = DecodeResult(
-        data.tgt_tokenizer.decode(hypotheses),
-        {"decode_seconds": seconds, "sentences_per_s": len(split) / seconds,
-         "precision": resolve(spec.evaluate.precision, device), "device": device},
-    )  # fmt: skip
+    stats = {"decode_started": started_at, "decode_seconds": seconds}
+    stats.update(
+        sentences_per_s=len(split) / seconds,
+        device=device,
+        precision=resolve(spec.evaluate.precision, device),
+    )
+    result = DecodeResult(data.tgt_tokenizer.decode(hypotheses), stats)
     if loaded.model.has_attention:
         _attention_outputs(result, data, split, hypotheses, attentions, spec.examples)
     return result

@@ -1,13 +1,15 @@
-"""Translation quality: sacreBLEU/chrF, BLEU by source length, intervals, paired tests.
+"""Translation quality: sacreBLEU/chrF, BLEU by source length, intervals.
 
 A variant's 95% intervals are sacreBLEU's own bootstrap (``sacrebleu --confidence``),
-seeded through ``evaluate.bootstrap_seed``; the comparisons between variants, whose
-intervals also cover seeds, are :mod:`pipeline.study.statistics`'. Holm's correction comes from
-statsmodels.
+seeded through ``evaluate.bootstrap_seed`` and read through sacreBLEU's public
+``Score.format(is_json=True)``. The comparisons between variants (the paired bootstrap over
+test sentences, whose intervals also cover seeds) are :mod:`pipeline.study.statistics`';
+Holm's correction there comes from statsmodels.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.base import Score
 
 from pipeline.data.split import bucket_label, length_bucket
 
@@ -60,13 +63,39 @@ class Scorer:
         mean +- half the 2.5-97.5 percentile range of ``samples`` resamples."""
         if len(hypotheses) != len(references):
             raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+        if samples < 2:
+            raise ValueError(f"samples must be at least 2 for an interval, got {samples}")
         with _sacrebleu_seed(self.seed):
             score = self.bleu.corpus_score(hypotheses, [references], n_bootstrap=samples)
-        mean, half = getattr(score, "_mean", score.score), getattr(score, "_ci", 0.0)
+        mean, half = bootstrap_interval(score, self.signature)
         return float(score.score), float(mean - half), float(mean + half)
 
     def chrf_score(self, hypotheses: list[str], references: list[str]) -> float:
         return float(self.chrf.corpus_score(hypotheses, [references]).score)
+
+
+_DECIMALS = 30
+"""Decimals asked of ``Score.format``: enough that its numbers read back as the exact floats
+(at least 17 significant digits for any value above 1e-13)."""
+
+
+def bootstrap_interval(score: Score, signature: str) -> tuple[float, float]:
+    """The bootstrap mean and half-width of sacreBLEU's 95% interval around ``score`` (a
+    ``corpus_score(..., n_bootstrap=N)`` result), from its public JSON form.
+
+    sacreBLEU leaves the interval out when the bootstrap mean is 0. A corpus BLEU of 0 (no
+    matching unigram, or no n-gram of some order) leaves every resample at 0 too, so its
+    interval is exactly [0, 0]; any other score without an interval did not come from a
+    bootstrap run, and is an error rather than a silent 0."""
+    fields = json.loads(score.format(width=_DECIMALS, signature=signature, is_json=True))
+    if "confidence_mean" in fields and "confidence_var" in fields:
+        return float(fields["confidence_mean"]), float(fields["confidence_var"])
+    if score.score == 0:
+        return 0.0, 0.0
+    raise ValueError(
+        f"sacreBLEU gave no bootstrap interval for BLEU {score.score:.2f} ({signature}): "
+        "score it with corpus_score(..., n_bootstrap=N), N > 1"
+    )
 
 
 @contextmanager

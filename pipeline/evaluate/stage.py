@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from pipeline.artifacts import (
     COMPARISONS,
+    CURVES_PLOTS_FILE,
     EVAL_SUMMARY,
     FINDINGS,
     GREEDY_HYPOTHESES,
@@ -75,7 +76,12 @@ from pipeline.runtime.cluster import TaskResources, device_for, init_ray, ray_ad
 from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.study.statistics import sentence_stats
 from pipeline.tracking.outbox import send_pending
-from pipeline.tracking.store import Tracker, experiment_key, training_summary
+from pipeline.tracking.store import (
+    Tracker,
+    dataset_digest,
+    experiment_key,
+    training_summary,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +155,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run the whole evaluate stage: decode, score, judge, write, record. Returns
     ``eval/summary.json``'s content plus ``headline`` (``metrics/test.json``'s)."""
+    started = time.time()
     sweep = load_sweep(models_dir)
     trained = {i: v for i, v in sweep["variants"].items() if v["status"] in ("finished", "cached")}
     if not trained:
@@ -163,20 +170,26 @@ def evaluate(
         study = study_findings(config, sweep, trained, scores.stats, test.source_words,
                                test.buckets, scores.main)  # fmt: skip
         study.write(tmp)
-        learning_curves(models_dir, trained).to_csv(tmp / LEARNING_CURVES, index=False)
+        curves = learning_curves(models_dir, trained)
+        curves.to_csv(tmp / LEARNING_CURVES, index=False)
         key = eval_key(config, trained, test.sha256)
         summary = _summary(tmp, scores.metrics, sweep, test.examples, key)
         table = study_table(sweep, summary)
         table.to_csv(tmp / STUDY_TABLE, index=False)
-    top = headline(table, study)
-    write_dvc_metrics(metrics_dir, top, scores.metrics, table)
+        numbers, summary["headline"] = headline(table, study)
+        write_json(tmp / EVAL_SUMMARY, summary)
+    write_dvc_metrics(metrics_dir, numbers, scores.metrics, sweep, curves)
     try:  # the outputs are written: tracking trouble is a warning, not a failed stage
-        _log_to_mlflow(tracker, config, sweep, scores.metrics, out_dir,
-                       (test.file, test.sha256), key, top["best"])  # fmt: skip
+        best = {
+            "scorer": summary["headline"]["best_scorer"],
+            "chosen_on": summary["headline"]["best_chosen_on"],
+            "bleu_inside": numbers["best_bleu_inside"],
+        }
+        _log_to_mlflow(tracker, config, sweep, scores.metrics, out_dir, test, key, best, started)
     except Exception as err:
         logger.warning("MLflow logging of the evaluation incomplete: %s: %s",
                        type(err).__name__, err)  # fmt: skip
-    return {**summary, "headline": top}
+    return {**summary, "numbers": numbers}
 
 
 @dataclass
@@ -280,14 +293,59 @@ def write_variants(out: Path, decoded: Decoded, scores: Scores) -> None:
         pd.DataFrame(metrics["by_length"]).to_csv(files.by_length, index=False)
 
 
-def write_dvc_metrics(metrics_dir: Path, top: dict, metrics: dict, table: pd.DataFrame) -> None:
-    """``metrics/``: the headline (``test.json``) and the plots' tables."""
+def write_dvc_metrics(
+    metrics_dir: Path, top: dict, metrics: dict, sweep: dict, curves: pd.DataFrame
+) -> None:
+    """``metrics/``: the headline numbers (``test.json``) and the plots' tables: BLEU by
+    length per configuration (seed means), test BLEU per variant, learning curves."""
     write_json(metrics_dir / METRICS_FILE, top)
-    rows = [{"variant": i, **entry} for i, r in metrics.items() for entry in r["by_length"]]
     with atomic_path(metrics_dir / PLOTS_FILE) as path:
-        pd.DataFrame(rows).to_csv(path, index=False)
+        length_plot_table(metrics, sweep).to_csv(path, index=False)
     with atomic_path(metrics_dir / VARIANT_PLOTS_FILE) as path:
-        table[table.status == "finished"][["variant", "bleu"]].to_csv(path, index=False)
+        rows = [{"variant": i, "bleu": r["bleu"]} for i, r in metrics.items()]
+        pd.DataFrame(rows, columns=["variant", "bleu"]).to_csv(path, index=False)
+    scorer = {i: v["model"]["scorer"] for i, v in sweep["variants"].items()}
+    if len(curves):
+        curves = curves.assign(scorer=curves.variant.map(scorer))
+    with atomic_path(metrics_dir / CURVES_PLOTS_FILE) as path:
+        curves.reindex(columns=CURVE_COLUMNS).to_csv(path, index=False)
+
+
+CURVE_COLUMNS = ["variant", "scorer", "step", "dev_bleu", "dev_loss"]
+
+
+def configurations(sweep: dict, variants) -> dict[str, str]:
+    """Each variant's configuration: its grid axes but the seed, those that vary
+    (``additive``, ``additive, reverse_source=True``)."""
+    axes = {i: sweep["variants"][i]["axes"] for i in variants}
+    keys = sorted({k for a in axes.values() for k in a} - {"scorer", "seed"})
+    varying = [k for k in keys if len({str(a.get(k)) for a in axes.values()}) > 1]
+    return {
+        i: ", ".join(
+            [str(sweep["variants"][i]["model"]["scorer"])] + [f"{k}={a.get(k)}" for k in varying]
+        )
+        for i, a in axes.items()
+    }
+
+
+def length_plot_table(metrics: dict, sweep: dict) -> pd.DataFrame:
+    """BLEU per length bucket, the mean over seeds of each configuration: one line per
+    configuration in ``dvc plots show``, coloured by scorer."""
+    names = configurations(sweep, metrics)
+    rows = [
+        {
+            "configuration": names[i],
+            "scorer": sweep["variants"][i]["model"]["scorer"],
+            "bucket": entry["bucket"],
+            "bleu": entry["bleu"],
+        }
+        for i, result in metrics.items()
+        for entry in result["by_length"]
+    ]
+    frame = pd.DataFrame(rows, columns=["configuration", "scorer", "bucket", "bleu"])
+    grouped = frame.groupby(["configuration", "scorer", "bucket"], sort=False).bleu
+    out = grouped.agg(["mean", "size"]).reset_index()
+    return out.rename(columns={"mean": "bleu", "size": "seeds"}).round({"bleu": 2})
 
 
 def _checkpoint_bytes(folder: Path) -> bytes:
@@ -355,11 +413,15 @@ def study_table(sweep: dict, summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def headline(table: pd.DataFrame, study: StudyFindings) -> dict[str, Any]:
-    """``metrics/test.json``: the numbers ``dvc metrics show`` and ``dvc exp show`` list, and
-    the ones the report and README quote: the one "best" scorer (chosen on dev), each
-    scorer's mean test BLEU over seeds at the findings' configuration (inside the
-    training lengths and on all of test), and each finding's verdict per decoding."""
+def headline(table: pd.DataFrame, study: StudyFindings) -> tuple[dict, dict]:
+    """The study's answer, as numbers and as words.
+
+    Numbers (``metrics/test.json``, what ``dvc metrics diff`` and ``dvc exp show``
+    compare; all numeric, snake_case): the test BLEU of the one "best" scorer (chosen on
+    dev) and each scorer's mean over seeds at the findings' configuration, inside the
+    training lengths and on all of test; how many findings got each verdict; failed and
+    capped variants. Words (``eval/summary.json``'s ``headline``): the best scorer's
+    name, how it was chosen, and each finding's verdict per decoding."""
 
     def rounded(value: float) -> float | None:
         return None if pd.isna(value) else round(float(value), 2)
@@ -367,22 +429,27 @@ def headline(table: pd.DataFrame, study: StudyFindings) -> dict[str, Any]:
     ranking = study.ranking[study.main]
     by_scorer = ranking.set_index("scorer") if len(ranking) else pd.DataFrame()
     best = study.reference
-    out: dict[str, Any] = {
-        "best": {
-            "scorer": best,
-            "chosen_on": "dev BLEU, mean over equal seeds",
-            "bleu_inside": rounded(by_scorer.loc[best, "bleu_inside"]) if best else None,
-            "bleu_all": rounded(by_scorer.loc[best, "bleu_all"]) if best else None,
-        },
+    verdicts = {f.title: f.verdict for f in study.findings[study.main]}
+    numbers: dict[str, Any] = {
+        "best_bleu_inside": rounded(by_scorer.loc[best, "bleu_inside"]) if best else None,
+        "best_bleu_all": rounded(by_scorer.loc[best, "bleu_all"]) if best else None,
         "bleu_inside": {s: rounded(r.bleu_inside) for s, r in by_scorer.iterrows()},
         "bleu_all": {s: rounded(r.bleu_all) for s, r in by_scorer.iterrows()},
-        "verdicts": {f.title: f.verdict for f in study.findings[study.main]},
+        "findings": {
+            v.replace(" ", "_"): sum(x == v for x in verdicts.values())
+            for v in sorted(set(verdicts.values()))
+        },
+        "failed_variants": int((table.status != "finished").sum()),
+        "capped_variants": len(study.excluded),  # stopped at the step cap: not confirmatory
+    }
+    words: dict[str, Any] = {
+        "best_scorer": best,
+        "best_chosen_on": "dev BLEU, mean over equal seeds",
+        "verdicts": verdicts,
     }
     if len(study.findings) > 1:
-        out["verdicts_greedy"] = {f.title: f.verdict for f in study.findings["greedy"]}
-    out["failed_variants"] = int((table.status != "finished").sum())
-    out["capped_variants"] = len(study.excluded)  # stopped at the step cap: not confirmatory
-    return out
+        words["verdicts_greedy"] = {f.title: f.verdict for f in study.findings["greedy"]}
+    return numbers, words
 
 
 def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray, key: str) -> dict:
@@ -412,68 +479,124 @@ def _summary(tmp: Path, metrics: dict, sweep: dict, examples: np.ndarray, key: s
     return summary
 
 
+REGISTERED_ALIAS = "dev-best"
+"""The registry alias of the variant chosen on dev (``models:/<experiment>@dev-best``)."""
+
+
+def dev_choice(sweep: dict, evaluated: dict, scorer: str | None) -> str | None:
+    """The variant a user would deploy, chosen on dev only: of the evaluated variants
+    (of the study's best scorer, chosen on dev, when there is one), the one with the
+    highest dev BLEU at its best checkpoint."""
+    candidates = {
+        i: sweep["variants"][i].get("best_dev_bleu")
+        for i in evaluated
+        if scorer is None or sweep["variants"][i]["axes"].get("scorer", scorer) == scorer
+    }
+    scored = {i: v for i, v in candidates.items() if v is not None}
+    return max(sorted(scored), key=scored.get) if scored else None
+
+
 def _log_to_mlflow(
     tracker: Tracker,
     config: Config,
     sweep: dict,
     metrics: dict,
     out_dir: Path,
-    test: tuple[Path, str],
+    test: TestSet,
     key: str,
     best: dict[str, Any],
+    started: float,
 ) -> None:
     """The evaluation's MLflow runs: a parent (the study table, the findings, the best
-    scorer chosen on dev; the report stage adds the report) and one ``test`` child per
-    variant with its test scores next to its training summary and a link to its training
-    run. Found by tags, so a rerun or a deleted run never breaks the stage."""
+    scorer chosen on dev; the report stage adds the report) timed from the stage's start,
+    and one ``test:<variant>`` child per variant, timed by its decoding, with its test
+    scores linked to the variant's logged model and the test set; the variant chosen on
+    dev gets the registry alias :data:`REGISTERED_ALIAS`. Found by tags, so a rerun or a
+    deleted run never breaks the stage."""
     evaluate_params = {f"evaluate.{k}": v for k, v in config.evaluate.model_dump().items()}
     parent_id = tracker.find_or_start(
-        f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",
+        f"evaluate-{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}",
         experiment_key({"kind": "evaluation", "eval_key": key}),
         params={**evaluate_params, "variants": len(metrics)},
         tags={"data_hash": sweep.get("data_hash", "")},
+        start_time_ms=int(started * 1000),
     )
     try:
-        _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params)
+        models = _log_test_runs(
+            tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params
+        )
         if best.get("scorer"):  # the study's one "best": the scorer chosen on dev
             tracker.log_metrics(parent_id, {"best_test_bleu": best["bleu_inside"]})
-            tracker.set_tags(parent_id, {"best_scorer": best["scorer"],
-                                         "best_chosen_on": best["chosen_on"]})  # fmt: skip
+            tracker.set_tags(
+                parent_id, {"best_scorer": best["scorer"], "best_chosen_on": best["chosen_on"]}
+            )
+        chosen = dev_choice(sweep, metrics, best.get("scorer"))
+        if chosen in models:
+            name = tracker.experiment_name
+            version = tracker.register(
+                name, models[chosen], REGISTERED_ALIAS, {"variant": chosen, "chosen_on": "dev BLEU"}
+            )
+            tracker.set_tags(
+                parent_id,
+                {
+                    "registered_model": f"models:/{name}@{REGISTERED_ALIAS}",
+                    "registered_variant": chosen,
+                    "registered_version": version,
+                },
+            )
+            logger.info(
+                "MLflow: %s is models:/%s@%s (version %s)", chosen, name, REGISTERED_ALIAS, version
+            )
         tracker.finish(parent_id)
     except Exception:
         tracker.finish(parent_id, "FAILED")
         raise
 
 
-def _log_test_runs(tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params):
-    test_file, test_sha = test
+def _log_test_runs(
+    tracker, parent_id, sweep, metrics, out_dir, test: TestSet, key, evaluate_params
+) -> dict[str, str]:
+    """One ``test`` run per variant; returns variant -> its logged model's id."""
     training_runs = tracker.newest_by("config_hash", {"kind": "train"})
+    dataset = ("test", dataset_digest(test.sha256))
+    models = {}
     for variant_id, result in tqdm(metrics.items(), desc="MLflow test runs", unit="run"):
         info = sweep["variants"][variant_id]
         train_metrics, tags = training_summary(info)
         if info["config_hash"] in training_runs:
             tags["training_run_id"] = training_runs[info["config_hash"]].info.run_id
+        model_id = tracker.find_logged_model({"config_hash": info["config_hash"]})
+        if model_id:
+            models[variant_id] = tags["model_id"] = model_id
+        decoded_at = result.get("decode_started", time.time())
         run_id = tracker.find_or_start(
-            variant_id,
+            f"test:{variant_id}",
             experiment_key({"kind": "test", "eval_key": key, "config_hash": info["config_hash"]}),
             parent_id=parent_id,
-            params={**_variant_params(info), **evaluate_params},
+            params={**variant_params(info), **evaluate_params},
             tags={"variant": variant_id, "sacrebleu_signature": result["signature"], **tags},
+            start_time_ms=int(decoded_at * 1000),
         )
         values = {"test_bleu": result["bleu"], "test_bleu_low": result["bleu_low"]}
         values.update(test_bleu_high=result["bleu_high"], test_chrf=result["chrf"])
         values.update({_metric_name(b["bucket"]): b["bleu"] for b in result["by_length"]})
+        tracker.log_metrics(run_id, values, model_id=model_id, dataset=dataset)
         summary = {k: v for k, v in train_metrics.items() if k in TEST_RUN_SUMMARY}
-        tracker.log_metrics(run_id, {**values, **summary})
-        tracker.log_dataset(run_id, "test", test_file, test_sha, "evaluation")
+        tracker.log_metrics(run_id, summary)
+        tracker.log_dataset(run_id, "test", test.file, test.sha256, "evaluation")
         files = EvalFiles(out_dir / variant_id)
         tracker.log_artifacts(run_id, [files.metrics, files.by_length, files.hypotheses])
-        tracker.finish(run_id)
-    tracker.log_artifacts(parent_id, [out_dir / STUDY_TABLE, out_dir / COMPARISONS,
-                                      out_dir / FINDINGS])  # fmt: skip
+        ended = decoded_at + result.get("decode_seconds", 0.0)
+        tracker.finish(run_id, end_time_ms=int(ended * 1000))
+    tracker.log_artifacts(
+        parent_id, [out_dir / STUDY_TABLE, out_dir / COMPARISONS, out_dir / FINDINGS]
+    )
+    return models
 
 
-def _variant_params(info: dict) -> dict[str, Any]:
-    params = {f"model.{k}": v for k, v in info["model"].items()}
-    params.update({f"axis.{k}": v for k, v in info["axes"].items()})
-    return params
+def variant_params(info: dict) -> dict[str, Any]:
+    """A variant's grid axes under the names its training run logs them with
+    (``model.scorer``, ``train.seed``): the columns that tell the test runs apart."""
+    return {
+        (f"model.{k}" if k in info["model"] else f"train.{k}"): v for k, v in info["axes"].items()
+    }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import tempfile
 from pathlib import Path
 
 from ray import tune
@@ -22,6 +23,7 @@ from pipeline.runtime.cluster import root_cause
 from pipeline.sweep.callbacks import OutputsCallback
 from pipeline.tracking.outbox import Outbox
 from pipeline.tracking.store import UNFINISHED, training_summary
+from pipeline.translate.mlflow_model import save_pyfunc
 
 logger = logging.getLogger(__name__)
 
@@ -138,15 +140,19 @@ class MlflowCallback(tune.Callback):
             ref, "train", self.data_dir, self.data.fingerprint(), context="training"
         )
         self.outbox.log_artifacts(ref, files.logged())
-        self.outbox.log_model(
-            ref,
-            spec.variant.id,
+        if not self.outbox.tracker.log_models:
+            return
+        with tempfile.TemporaryDirectory(prefix="model-") as tmp:  # the journal keeps a copy
             # what translates: the best checkpoint, its config and the subword models
-            [files.checkpoint, files.config, *(self.data_dir / n for n in files.TOKENIZERS)],
-            step=int(summary.get("best_step", 0)),
-            params=spec.variant.flat_params(),
-            tags={"config_hash": spec.config_hash, "variant": spec.variant.id},
-        )
+            names = [files.checkpoint, files.config, *(self.data_dir / n for n in files.TOKENIZERS)]
+            self.outbox.log_model(
+                ref,
+                spec.variant.id,
+                save_pyfunc(names, Path(tmp) / "model"),
+                step=int(summary.get("best_step", 0)),
+                params=spec.variant.flat_params(),
+                tags={"config_hash": spec.config_hash, "variant": spec.variant.id},
+            )
 
     @_guarded
     def on_trial_error(self, iteration, trials, trial, **info):

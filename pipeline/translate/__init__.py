@@ -10,6 +10,8 @@ user meets the model the way its training data did.
 
 Used by the command line (``python -m pipeline.translate``, :mod:`pipeline.translate.cli`)
 and by the MLflow model of each variant (:mod:`pipeline.translate.mlflow_model`).
+
+May import: config, data, models, runtime, io, artifacts.
 """
 
 from __future__ import annotations

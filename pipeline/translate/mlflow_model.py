@@ -39,7 +39,14 @@ SIGNATURE = ModelSignature(
         ]
     ),
 )
-ENTRY = Path(__file__).with_name("pyfunc_entry.py")  # models from code: no pickle
+ENTRY = """\
+# The model's code (MLflow "models from code"): loading runs this file; nothing pickled.
+import mlflow.models
+
+from pipeline.translate.mlflow_model import TranslationModel
+
+mlflow.models.set_model(TranslationModel())
+"""
 REQUIREMENTS = ("torch", "sentencepiece", "numpy", "pydantic", "pyyaml", "mlflow")
 
 
@@ -90,6 +97,8 @@ def save_pyfunc(files: Iterable[Path], path: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="variant-") as tmp:
         folder = Path(tmp) / ARTIFACT
         folder.mkdir()
+        code = Path(tmp) / "translation_model.py"
+        code.write_text(ENTRY)
         for source in files:
             shutil.copyfile(source, folder / Path(source).name)
         example = Translator.load(folder).src.pieces([4])  # refuses what cannot translate
@@ -97,7 +106,7 @@ def save_pyfunc(files: Iterable[Path], path: Path) -> Path:
             warnings.simplefilter("ignore", UserWarning)
             mlflow.pyfunc.save_model(
                 str(path),
-                python_model=str(ENTRY),
+                python_model=str(code),
                 artifacts={ARTIFACT: str(folder)},
                 signature=SIGNATURE,
                 input_example=["".join(example).replace("\u2581", " ").strip() or "a"],

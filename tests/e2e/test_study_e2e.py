@@ -14,16 +14,6 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.data.dataset import SubwordTokenizer
-from pipeline.report.browser import check_page
-from pipeline.report.mlflow_ui import (
-    compare_url,
-    mlflow_server,
-    newest_evaluation,
-    rest,
-    runs_url,
-    screenshot,
-    search_runs,
-)
 from tests.support import (
     commit_all,
     dvc_repo,
@@ -34,6 +24,16 @@ from tests.support import (
     tiny_infra,
     tiny_params,
     write_tsv,
+)
+from tools.browser import check_page
+from tools.mlflow_ui import (
+    compare_url,
+    mlflow_server,
+    newest_evaluation,
+    rest,
+    runs_url,
+    screenshot,
+    search_runs,
 )
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline.report.mlflow_ui import free_port
 from pipeline.tracking.outbox import pending_journals
 from tests.support import (
     CLEARED_ENV,
@@ -26,6 +25,7 @@ from tests.support import (
     train_args,
     write_params,
 )
+from tools.mlflow_ui import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -3,12 +3,14 @@ a run a live writer owns is never reopened by another, and fresh stores open in 
 
 import multiprocessing
 import shutil
+import uuid
 
 import pytest
 
 from pipeline.config.infra import InfraFile, TrackingConfig, resolve
 from pipeline.tracking.outbox import Outbox, pending_journals, writer_alive
 from pipeline.tracking.store import UNFINISHED, WRITER_TAG, Tracker
+from pipeline.translate.mlflow_model import save_pyfunc
 
 
 def infra_at(root):
@@ -25,6 +27,7 @@ def tracker(tmp_path, monkeypatch):
 def _train_records(outbox: Outbox, variant, finish: bool = True) -> None:
     """A sweep's records for one trained variant (``variant``: its folder)."""
     files = [variant / n for n in ("checkpoint.pt", "config.json", "src.model", "tgt.model")]
+    model_dir = save_pyfunc(files, variant.parent / f"pyfunc-{uuid.uuid4().hex[:8]}")
     outbox.start_run("sweep", "sweep-1", {"kind": "sweep", "grid_hash": "g"}, reuse=UNFINISHED)
     outbox.start_run(
         "train:h",
@@ -37,7 +40,7 @@ def _train_records(outbox: Outbox, variant, finish: bool = True) -> None:
     for step in (200, 400, 600):
         outbox.log_metrics("train:h", {"dev_loss": 3.0 - step / 1000}, step=step)
     outbox.set_tags("train:h", {"stop_reason": "early_stopping"})
-    outbox.log_model("train:h", "additive-s1", files, step=400, params={}, tags={})
+    outbox.log_model("train:h", "additive-s1", model_dir, step=400, params={}, tags={})
     if finish:
         outbox.finish("train:h")
         outbox.finish("sweep")
@@ -73,7 +76,7 @@ def test_a_journal_replayed_after_a_crash_adds_nothing(tracker, tmp_path, tiny_v
     while outbox.journal.pending():  # everything sent, nothing counted in the copy
         outbox._wake.set()
         outbox._thread.join(0.1)
-    shutil.copytree(outbox.journal.folder, saved, ignore=shutil.ignore_patterns("lock"))
+    shutil.copytree(outbox.journal.folder, saved, ignore=shutil.ignore_patterns("lock", ".*.tmp"))
     assert outbox.close(60) == 0
     (saved / "sent").unlink()
     (saved / "runs.json").unlink()

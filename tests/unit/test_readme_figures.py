@@ -25,8 +25,8 @@ import pytest
 from benchmarks import first_run
 from pipeline.config import load_config
 from pipeline.config.grid import expand_grid
-from pipeline.report import readme_block
 from tests.support import REPO_ROOT
+from tools import readme_block
 
 README = REPO_ROOT / "README.md"
 GENERATED = [(readme_block.START, readme_block.END), (first_run.START, first_run.END)]

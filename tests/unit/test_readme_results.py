@@ -2,8 +2,8 @@
 
 import shutil
 
-from pipeline.report.readme_block import END, START, main
 from tests.support import REPO_ROOT
+from tools.readme_block import END, START, main
 
 FILES = ("README.md", "metrics/test.json", "reports/findings.json", "reports/ranking.csv")
 

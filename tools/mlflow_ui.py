@@ -1,6 +1,6 @@
 """The study in the MLflow UI: serve a store locally, and screenshot its compare view.
 
-``python -m pipeline.report.mlflow_ui --out docs/mlflow-compare.png`` starts
+``python -m tools.mlflow_ui --out docs/mlflow-compare.png`` starts
 ``mlflow server`` on 127.0.0.1 over the project's store (infra.yaml's ``tracking.uri``),
 opens the compare view of the workspace evaluation's (``eval/summary.json``) best
 ``test`` run per scorer in
@@ -27,7 +27,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from pipeline.report.browser import chromium_page
+from tools.browser import chromium_page
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 stale: ``metrics/test.json`` (the best scorer, chosen on dev), ``reports/ranking.csv`` and
 ``reports/findings.json``. The block sits between two markers in README.md.
 
-    python -m pipeline.report.readme_block            # rewrite the block in README.md
-    python -m pipeline.report.readme_block --check    # exit 1 if it differs (CI's test)
+    python -m tools.readme_block            # rewrite the block in README.md
+    python -m tools.readme_block --check    # exit 1 if it differs (CI's test)
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
     return sync_block(args.root / "README.md", render(args.root), START, END, args.check,
-                      "python -m pipeline.report.readme_block")  # fmt: skip
+                      "python -m tools.readme_block")  # fmt: skip
 
 
 if __name__ == "__main__":

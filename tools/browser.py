@@ -1,6 +1,6 @@
 """Check a report page in a real headless Chromium: every image loads, no console errors.
 
-``python -m pipeline.report.browser reports/index.html --screenshot reports/screenshot.png``
+``python -m tools.browser reports/index.html --screenshot reports/screenshot.png``
 exits 1 with one line per problem. Chromium comes from the system (Debian package
 ``chromium``); Playwright drives it, so no browser is downloaded.
 """
