@@ -1,6 +1,6 @@
 """The README's results, generated from the committed study outputs so they cannot go
-stale: ``metrics/test.json`` (the best scorer, chosen on dev), ``reports/ranking.csv`` and
-``reports/findings.json``. The block sits between two markers in README.md.
+stale: ``metrics/test.json`` (the best scorer's test BLEU), ``reports/ranking.csv`` and
+``reports/findings.json`` (the best scorer, chosen on dev, and the verdicts). The block sits between two markers in README.md.
 
     python -m tools.readme_block            # rewrite the block in README.md
     python -m tools.readme_block --check    # exit 1 if it differs (CI's test)
@@ -26,10 +26,10 @@ def render(root: Path) -> str:
     findings = json.loads((root / "reports" / "findings.json").read_text())
     ranking = pd.read_csv(root / "reports" / "ranking.csv")
     main = findings["main_decoding"]
-    best = metrics["best"]
     lines = [
-        f"**Best scorer: {best['scorer']}** (chosen on dev; test BLEU {best['bleu_inside']:.2f} "
-        f"inside the training lengths, {best['bleu_all']:.2f} on all lengths, mean over seeds).",
+        f"**Best scorer: {findings['reference']}** (chosen on dev; test BLEU "
+        f"{metrics['best_bleu_inside']:.2f} inside the training lengths, "
+        f"{metrics['best_bleu_all']:.2f} on all lengths, mean over seeds).",
         "",
         "| rank | scorer | seeds | test BLEU inside the training lengths [95% CI] |",
         "|---|---|---|---|",

@@ -5,8 +5,13 @@ runs. One variant family diverges on purpose (learning rate 1e36) and `allow_par
 lets the study finish around it."""
 
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
+import time
+import urllib.request
 
 import numpy as np
 import pandas as pd
@@ -28,6 +33,7 @@ from tests.support import (
 from tools.browser import check_page
 from tools.mlflow_ui import (
     compare_url,
+    free_port,
     mlflow_server,
     newest_evaluation,
     rest,
@@ -151,21 +157,35 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
             "bleu_len_11plus",
         }
         assert values["bleu_low"] <= values["bleu"] <= values["bleu_high"]
-    # the DVC metrics file: a few headline numbers, not one column per variant
+    # the DVC metrics file: a few headline numbers, all numeric (dvc metrics diff), not
+    # one column per variant; the words (best scorer, verdicts) are in eval/summary.json
     test = json.loads((root / "metrics" / "test.json").read_text())
-    assert set(test) == {"best", "bleu_inside", "bleu_all", "verdicts", "verdicts_greedy",
-                         "failed_variants", "capped_variants"}  # fmt: skip
+    assert set(test) == {
+        "best_bleu_inside",
+        "best_bleu_all",
+        "bleu_inside",
+        "bleu_all",
+        "findings",
+        "failed_variants",
+        "capped_variants",
+    }
+    flat = pd.json_normalize(test).iloc[0]
+    assert all(isinstance(v, int | float) for v in flat) and all(" " not in k for k in flat.index)
+    words = summary["headline"]
     # one "best": the attention scorer chosen on dev, quoted with its test BLEU
-    assert test["best"]["scorer"] == "additive" and "dev" in test["best"]["chosen_on"]
-    assert test["best"]["bleu_all"] == test["bleu_all"]["additive"]
+    assert words["best_scorer"] == "additive" and "dev" in words["best_chosen_on"]
+    assert test["best_bleu_all"] == test["bleu_all"]["additive"]
     additive = summary["variants"]["additive-fwd-h16-s1-lr0.01"]["bleu"]
     assert test["bleu_all"]["additive"] == pytest.approx(additive, abs=0.01)
     assert set(test["bleu_inside"]) == {"none", "additive", "cosine"}
     assert test["failed_variants"] == 4
     # one seed: nothing confirmatory can be tested, under either decoding
     assert (
-        set(test["verdicts"].values()) == set(test["verdicts_greedy"].values()) == {"not testable"}
+        set(words["verdicts"].values())
+        == set(words["verdicts_greedy"].values())
+        == {"not testable"}
     )
+    assert test["findings"] == {"not_testable": len(words["verdicts"])}
     variant = json.loads(
         (root / "eval" / "additive-rev-h16-s1-lr0.01" / "metrics.json").read_text()
     )
@@ -174,10 +194,21 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
     assert variant["signature"].startswith("nrefs:1|") and variant["beam_size"] == 2
     assert 0 <= variant["attention_entropy"] and "sentences_per_s" in variant
     shown = sh(sys.executable, "-m", "dvc", "metrics", "show", "--json")
-    assert shown.returncode == 0 and "verdicts" in shown.stdout
-    plots = sh(sys.executable, "-m", "dvc", "plots", "show", "-o", str(root / "dvc_plots"))
+    assert shown.returncode == 0 and "best_bleu_inside" in shown.stdout
+    # plots: BLEU by length per configuration (seed means, coloured by scorer), the
+    # learning curves (dev BLEU and loss per step), the report's figures as images
+    by_length = pd.read_csv(root / "metrics" / "bleu_by_length.csv")
+    assert set(by_length.columns) == {"configuration", "scorer", "bucket", "bleu", "seeds"}
+    assert by_length.groupby("configuration").scorer.nunique().max() == 1
+    curves = pd.read_csv(root / "metrics" / "learning_curves.csv")
+    assert set(curves.scorer) == {"none", "additive", "cosine"}
+    history = pd.read_csv(root / "models" / "additive-rev-h16-s1-lr0.01" / "history.csv")
+    assert len(curves[curves.variant == "additive-rev-h16-s1-lr0.01"]) == len(history)
+    plots = sh(sys.executable, "-m", "dvc", "plots", "show", "--json")
     assert plots.returncode == 0, plots.stderr[-2000:]
-    assert (root / "dvc_plots" / "index.html").is_file()
+    drawn = json.loads(plots.stdout)["data"]
+    assert {"dev_bleu", "dev_loss", "reports/figures/bleu_by_length.png"} <= set(drawn)
+    assert drawn["reports/figures/bleu_by_length.png"][0]["type"] == "image"
 
 
 def test_attention_examples_are_in_original_source_order(project):
@@ -254,7 +285,15 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
     summary = json.loads((root / "eval" / "summary.json").read_text())
     client, (parent,) = mlflow_runs(root, kind="evaluation", eval_key=summary["eval_key"])
     _, children = mlflow_runs(root, kind="test", eval_key=summary["eval_key"])
-    assert sorted(r.info.run_name for r in children) == sorted(summary["variants"])
+    assert sorted(r.info.run_name for r in children) == sorted(
+        f"test:{v}" for v in summary["variants"]
+    )
+    # timed by the work: the evaluation from the stage's start, a test run by its decoding
+    assert parent.info.end_time - parent.info.start_time > 1000
+    for run in children:
+        decoded = json.loads((root / "eval" / run.data.tags["variant"] / "decode.json").read_text())
+        elapsed = (run.info.end_time - run.info.start_time) / 1000
+        assert elapsed == pytest.approx(decoded["decode_seconds"], abs=0.002)
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {
         "study.csv",
@@ -266,7 +305,7 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
         parent.info.run_id, "report"
     )}  # fmt: skip
     for run in children:
-        variant_id = run.info.run_name
+        variant_id = run.data.tags["variant"]
         info, values = sweep["variants"][variant_id], summary["variants"][variant_id]
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert run.data.metrics["test_bleu"] == pytest.approx(values["bleu"])
@@ -277,6 +316,14 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
         training = client.get_run(run.data.tags["training_run_id"])
         assert training.data.tags["config_hash"] == info["config_hash"]
         assert "dev_loss" in training.data.metrics  # the run the sweep logged epochs into
+        # the same param names as the training run (the axes: what tells variants apart)
+        assert run.data.params["model.scorer"] == training.data.params["model.scorer"]
+        assert run.data.params["train.seed"] == training.data.params["train.seed"]
+        # test BLEU is a metric of the variant's logged model, measured on the test set
+        model = client.get_logged_model(run.data.tags["model_id"])
+        assert model.source_run_id == training.info.run_id
+        (linked,) = [m for m in model.metrics if m.key == "test_bleu"]
+        assert linked.value == pytest.approx(values["bleu"]) and linked.dataset_name == "test"
 
 
 def test_report_renders_in_a_real_browser(project):
@@ -331,6 +378,149 @@ def test_no_op_train_rerun_reruns_nothing_downstream(project):
     assert "Running stage 'train'" in forced.stdout
     again = dvc(sh, "repro")
     assert again.returncode == 0 and not stages_run(again.stdout), again.stdout
+
+
+def _translate(cwd, *args, stdin: str):
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    command = [sys.executable, "-m", "pipeline.translate", *map(str, args)]
+    return subprocess.run(
+        command, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_trained_variant_translates_text_as_the_evaluation_decoded_it(project, tmp_path):
+    """`python -m pipeline.translate <variant>` on the test sources gives the evaluate
+    stage's hypotheses; an exported copy gives them too, alone in another folder."""
+    root, _ = project
+    variant = "additive-rev-h16-s1-lr0.01"
+    sources = [
+        line.split("\t")[0]
+        for line in (root / "data" / "raw" / "test.tsv").read_text(encoding="utf-8").splitlines()
+    ]
+    expected = (root / "eval" / variant / "hypotheses.txt").read_text(encoding="utf-8")
+    done = _translate(root, variant, "--beam", 2, stdin="\n".join(sources) + "\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == expected
+    exported = tmp_path / "exported"
+    assert _translate(root, variant, "--export", exported, stdin="").returncode == 0
+    alone = _translate(root, exported, "--beam", 2, stdin="\n".join(sources[:5]) + "\n")
+    assert alone.stdout.splitlines() == expected.splitlines()[:5]
+
+
+def test_the_dev_chosen_variant_loads_and_serves_from_the_mlflow_registry(project):
+    """`models:/test@dev-best` (the variant with the best dev BLEU of the scorer chosen
+    on dev) loads with mlflow.pyfunc and answers HTTP through `mlflow models serve`."""
+    root, _ = project
+    client, (parent,) = mlflow_runs(root, kind="evaluation")
+    chosen = parent.data.tags["registered_variant"]
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    additive = {
+        i: v["best_dev_bleu"]
+        for i, v in sweep["variants"].items()
+        if v["status"] == "finished" and v["axes"]["scorer"] == "additive"
+    }
+    assert chosen == max(additive, key=additive.get)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    sources = ["la casa", "el perro come"]
+    local = _translate(root, chosen, "--beam", 5, stdin="\n".join(sources) + "\n")
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, mlflow.pyfunc; "
+            "print(mlflow.pyfunc.load_model('models:/test@dev-best').predict(sys.argv[1:]))",
+            *sources,
+        ],
+        cwd=root,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert loaded.stdout.strip() == str(local.stdout.splitlines())
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            "models:/test@dev-best",
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        cwd=root,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(root)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, server.stderr.read().decode()[-2000:]
+            try:
+                with urllib.request.urlopen(f"{url}/ping", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline, "mlflow models serve did not start"
+                time.sleep(1)
+        request = urllib.request.Request(
+            f"{url}/invocations",
+            data=json.dumps({"inputs": sources}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        assert answer["predictions"] == local.stdout.splitlines()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_models_pushed_to_a_dvc_remote_translate_in_a_fresh_clone(project, tmp_path):
+    """The documented remote: `dvc push` from the study's repo, `git clone` + `dvc pull`
+    elsewhere; the clone's `dvc repro` has nothing to train or evaluate, and it
+    translates."""
+    root, sh = project
+    remote = tmp_path / "remote"
+    assert dvc(sh, "remote", "add", "--local", "-d", "shared", str(remote)).returncode == 0
+    pushed = dvc(sh, "push")
+    assert pushed.returncode == 0, pushed.stderr[-2000:]
+    clone = tmp_path / "clone"
+    assert subprocess.run(["git", "clone", "-q", str(root), str(clone)]).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
+    env["PYTHONPATH"] = str(clone)
+
+    def in_clone(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "dvc", *args],
+            cwd=clone,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
+    assert in_clone("remote", "add", "--local", "-d", "shared", str(remote)).returncode == 0
+    pulled = in_clone("pull")
+    assert pulled.returncode == 0, pulled.stderr[-2000:]
+    repro = in_clone("repro")
+    assert repro.returncode == 0, (repro.stdout + repro.stderr)[-3000:]
+    assert stages_run(repro.stdout) == set(), repro.stdout  # only the always-run record
+    variant = "additive-fwd-h16-s1-lr0.01"
+    done = _translate(clone, variant, "--greedy", stdin="la casa\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == _translate(root, variant, "--greedy", stdin="la casa\n").stdout
 
 
 def _experiment(shown: list, name: str) -> dict:
