@@ -297,7 +297,8 @@ class EvaluateConfig(Section):
     length_penalty: float = Field(1.0, ge=0)
     """Length normalisation exponent alpha: score / length**alpha."""
     bootstrap_samples: int = Field(1000, ge=10)
-    """Bootstrap resamples of sacreBLEU's 95% intervals and paired bootstrap test."""
+    """Bootstrap resamples of sacreBLEU's 95% intervals (``pipeline/evaluate/metrics.py``)
+    and of the project's paired bootstrap test (``pipeline/study/statistics.py``)."""
     bootstrap_seed: int = 12345
     """Seed of the paired bootstrap test and of the intervals (sacreBLEU's ``SACREBLEU_SEED``)."""
     attention_examples: int = Field(6, ge=0)

@@ -595,8 +595,7 @@ def _log_test_runs(
 
 
 def variant_params(info: dict) -> dict[str, Any]:
-    """A variant's grid axes under the names its training run logs them with
+    """A variant's grid axes and seed under the names its training run logs them with
     (``model.scorer``, ``train.seed``): the columns that tell the test runs apart."""
-    return {
-        (f"model.{k}" if k in info["model"] else f"train.{k}"): v for k, v in info["axes"].items()
-    }
+    axes = {"seed": info["train"].get("seed"), **info["axes"]}
+    return {(f"model.{k}" if k in info["model"] else f"train.{k}"): v for k, v in axes.items()}

@@ -317,8 +317,11 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
         assert training.data.tags["config_hash"] == info["config_hash"]
         assert "dev_loss" in training.data.metrics  # the run the sweep logged epochs into
         # the same param names as the training run (the axes: what tells variants apart)
-        assert run.data.params["model.scorer"] == training.data.params["model.scorer"]
-        assert run.data.params["train.seed"] == training.data.params["train.seed"]
+        shared = {k for k in run.data.params if k.startswith(("model.", "train."))}
+        assert {"model.scorer", "model.reverse_source", "train.seed"} <= shared
+        assert {k: run.data.params[k] for k in shared} == {
+            k: training.data.params[k] for k in shared
+        }
         # test BLEU is a metric of the variant's logged model, measured on the test set
         model = client.get_logged_model(run.data.tags["model_id"])
         assert model.source_run_id == training.info.run_id

@@ -1,6 +1,6 @@
 """Every figure the README quotes is checked against the file it comes from.
 
-The results block (``pipeline.report.readme_block``) and the two-commands table
+The results block (``tools.readme_block``) and the two-commands table
 (``benchmarks.first_run``) are generated and checked whole. Every other number in the
 README's prose must be matched by one of the FIGURES below, each of which compares what
 the README says with the committed outputs (``metrics/``, ``reports/``,
