@@ -1,6 +1,7 @@
 """The README's results, generated from the committed study outputs so they cannot go
 stale: ``metrics/test.json`` (the best scorer's test BLEU), ``reports/ranking.csv`` and
-``reports/findings.json`` (the best scorer, chosen on dev, and the verdicts). The block sits between two markers in README.md.
+``reports/findings.json`` (the best scorer, chosen on dev, and the verdicts). The block
+sits between two markers in README.md.
 
     python -m tools.readme_block            # rewrite the block in README.md
     python -m tools.readme_block --check    # exit 1 if it differs (CI's test)
