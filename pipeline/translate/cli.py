@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> None:
     folder = resolve_model(args.model, args.models)
     if args.export:
         out = export(folder, args.export, args.tok)
-        logger.info("exported %s to %s", folder, out)
+        print(f"exported {folder} to {out}", file=sys.stderr)
         return
     if args.attention and not args.json:
         raise TranslateError("--attention: add --json (attention is written as JSON lines)")
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING,  # stdout: translations
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import mlflow.pyfunc
+import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
@@ -50,18 +51,17 @@ mlflow.models.set_model(TranslationModel())
 REQUIREMENTS = ("torch", "sentencepiece", "numpy", "pydantic", "pyyaml", "mlflow")
 
 
-# MLflow nags for type hints on ``predict``; with them it drops the signature's params
-# (beam size, length penalty), so the signature is given instead and the nag silenced.
-warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
-
-
 class TranslationModel(mlflow.pyfunc.PythonModel):
     """Sentences in (a list of strings, or a one-column frame), translations out."""
 
     def load_context(self, context) -> None:
         self.translator = Translator.load(context.artifacts[ARTIFACT])
 
-    def predict(self, context, model_input, params: dict[str, Any] | None = None) -> list[str]:
+    def predict(
+        self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None
+    ) -> list[str]:
+        # MLflow hands the signature's one string column as a frame (a type hint it
+        # infers no schema from: the given signature, with its params, holds)
         params = params or {}
         found = self.translator.translate(
             _sentences(model_input),
