@@ -56,6 +56,14 @@ APIS = (
     Api("mlflow", "log_outputs(", "3.0", _MLFLOW_3),
     Api("mlflow", "LoggedModelOutput", "3.0", _MLFLOW_3),
     Api("mlflow", "LoggedModelStatus", "3.0", _MLFLOW_3),
+    Api("mlflow", "dataset_name=", "3.0", _MLFLOW_3 + " (metrics linked to a model/dataset)"),
+    Api("mlflow", 'source=f"models:/{model_id}"', "3.0", _MLFLOW_3 + " (models:/<model id>)"),
+    Api("mlflow", "set_registered_model_alias(", "2.3", "MLflow 2.3.0 release notes: aliases"),
+    Api(
+        "mlflow",
+        "2.12",
+        "MLflow 2.12.0 release notes: models from code",
+    ),
     Api(
         "torch",
         "torch.get_autocast_dtype(",
