@@ -60,11 +60,6 @@ APIS = (
     Api("mlflow", 'source=f"models:/{model_id}"', "3.0", _MLFLOW_3 + " (models:/<model id>)"),
     Api("mlflow", "set_registered_model_alias(", "2.3", "MLflow 2.3.0 release notes: aliases"),
     Api(
-        "mlflow",
-        "2.12",
-        "MLflow 2.12.0 release notes: models from code",
-    ),
-    Api(
         "torch",
         "torch.get_autocast_dtype(",
         "2.4",
