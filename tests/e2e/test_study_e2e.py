@@ -122,7 +122,7 @@ def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(project)
     assert declared["Cosine vs additive"]["verdict"] == "not testable"  # one seed, unplateaued
     assert "cosine" in (root / "reports" / "index.html").read_text()
     _, runs = mlflow_runs(root, kind="test")
-    assert variant in {r.info.run_name for r in runs}
+    assert f"test:{variant}" in {r.info.run_name for r in runs}
     plugin = root / "scorers" / "cosine.py"
     original = plugin.read_text()
     try:
@@ -553,9 +553,9 @@ def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
     assert shown.returncode == 0, shown.stderr[-2000:]
     row = _experiment(json.loads(shown.stdout), name)
     metrics = row["data"]["metrics"]["metrics/test.json"]["data"]
-    chosen = [r for r in runs if r.info.run_name.startswith(f"{metrics['best']['scorer']}-fwd")]
-    assert metrics["best"]["bleu_all"] == pytest.approx(chosen[0].data.metrics["test_bleu"],
-                                                        abs=0.01)  # fmt: skip
+    best = evaluations[0].data.tags["best_scorer"]  # chosen on dev
+    chosen = [r for r in runs if r.data.tags["variant"].startswith(f"{best}-fwd")]
+    assert metrics["best_bleu_all"] == pytest.approx(chosen[0].data.metrics["test_bleu"], abs=0.01)
     assert row["data"]["params"]["params.yaml"]["data"]["evaluate"]["beam_size"] == beam
 
 

@@ -103,8 +103,13 @@ def test_mlflow_children_nest_under_one_parent_with_epoch_and_summary_metrics(tr
         assert len(outputs) == 1 and outputs[0].step == info["best_step"]
         model = client.get_logged_model(outputs[0].model_id)
         assert model.name == child.info.run_name and model.status == "READY"
+        # an MLflow model that translates: MLmodel, and the variant's files as artifacts
         files = {a.path for a in client.list_logged_model_artifacts(outputs[0].model_id)}
-        assert {"checkpoint.pt", "config.json"} <= files
+        assert {"MLmodel", "artifacts"} <= files
+        variant_files = client.list_logged_model_artifacts(outputs[0].model_id, "artifacts/variant")
+        assert {"checkpoint.pt", "config.json", "src.model", "tgt.model"} == {
+            a.path.split("/")[-1] for a in variant_files
+        }
         # precision: auto is resolved once, on the trials' hardware, before hashing
         assert child.data.tags["precision"] in ("fp32", "bf16")
         assert child.data.params["train.precision"] == child.data.tags["precision"]
