@@ -318,7 +318,7 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
         assert "dev_loss" in training.data.metrics  # the run the sweep logged epochs into
         # the same param names as the training run (the axes: what tells variants apart)
         shared = {k for k in run.data.params if k.startswith(("model.", "train."))}
-        assert {"model.scorer", "model.reverse_source", "train.seed"} <= shared
+        assert {"model.scorer", "train.seed"} <= shared
         assert {k: run.data.params[k] for k in shared} == {
             k: training.data.params[k] for k in shared
         }
