@@ -372,6 +372,10 @@ def test_mlflow_server_shows_parents_children_and_summary_metrics(project, tmp_p
         # the runs table is one URL parameter (or the "Model training" toggle) away
         text = screenshot(runs_url(url, experiment_id), tmp_path / "runs.png", "sweep-")
         assert "Run Name" in text and parent["info"]["run_name"] in text
+        # the Models tab: every variant's logged model with its test BLEU beside it
+        models = f"{url}/#/experiments/{experiment_id}/models?workflowType=machine_learning"
+        text = screenshot(models, tmp_path / "models.png", "additive-fwd", width=3000)
+        assert "test_bleu" in text and "additive-rev-h16-s1-lr0_01" in text
 
 
 def test_no_op_train_rerun_reruns_nothing_downstream(project):
