@@ -4,5 +4,6 @@ Owns: decoding tasks (``decode``), BLEU per length bucket and attention statisti
 (``metrics``), the findings assembled from the per-sentence statistics
 (``verdicts``), and the stage itself (``stage``: decode, score, write, record).
 
-May import: scorers, config, runtime, data, models, study, tracking, io, artifacts.
+May import: scorers, config, runtime, data, models, study, tracking, translate, io,
+artifacts.
 """

@@ -32,6 +32,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -74,6 +76,7 @@ from pipeline.io import atomic_dir, atomic_path, write_json, write_text
 from pipeline.models.preflight import check_decoding
 from pipeline.runtime.cluster import TaskResources, device_for, init_ray, ray_address, run_tasks
 from pipeline.scorers.plugins import loaded as loaded_plugins
+from pipeline.study.findings import VERDICTS
 from pipeline.study.statistics import sentence_stats
 from pipeline.tracking.outbox import send_pending
 from pipeline.tracking.store import (
@@ -82,6 +85,7 @@ from pipeline.tracking.store import (
     experiment_key,
     training_summary,
 )
+from pipeline.translate.mlflow_model import save_pyfunc
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +189,9 @@ def evaluate(
             "chosen_on": summary["headline"]["best_chosen_on"],
             "bleu_inside": numbers["best_bleu_inside"],
         }
-        _log_to_mlflow(tracker, config, sweep, scores.metrics, out_dir, test, key, best, started)
+        _log_to_mlflow(
+            tracker, config, sweep, scores.metrics, out_dir, models_dir, test, key, best, started
+        )
     except Exception as err:
         logger.warning("MLflow logging of the evaluation incomplete: %s: %s",
                        type(err).__name__, err)  # fmt: skip
@@ -315,16 +321,19 @@ CURVE_COLUMNS = ["variant", "scorer", "step", "dev_bleu", "dev_loss"]
 
 
 def configurations(sweep: dict, variants) -> dict[str, str]:
-    """Each variant's configuration: its grid axes but the seed, those that vary
-    (``additive``, ``additive, reverse_source=True``)."""
-    axes = {i: sweep["variants"][i]["axes"] for i in variants}
-    keys = sorted({k for a in axes.values() for k in a} - {"scorer", "seed"})
-    varying = [k for k in keys if len({str(a.get(k)) for a in axes.values()}) > 1]
+    """Each variant's configuration: its values of the grid axes that vary, but the seed
+    (``additive``, ``additive, reverse_source=True``); a variant without an axis (a
+    ``grid_include`` entry) takes its config's value."""
+    infos = {i: sweep["variants"][i] for i in variants}
+
+    def value(info: dict, key: str):
+        return info["axes"].get(key, info["model"].get(key, info["train"].get(key)))
+
+    keys = sorted({k for v in infos.values() for k in v["axes"]} - {"scorer", "seed"})
+    varying = [k for k in keys if len({str(value(v, k)) for v in infos.values()}) > 1]
     return {
-        i: ", ".join(
-            [str(sweep["variants"][i]["model"]["scorer"])] + [f"{k}={a.get(k)}" for k in varying]
-        )
-        for i, a in axes.items()
+        i: ", ".join([str(v["model"]["scorer"])] + [f"{k}={value(v, k)}" for k in varying])
+        for i, v in infos.items()
     }
 
 
@@ -435,9 +444,8 @@ def headline(table: pd.DataFrame, study: StudyFindings) -> tuple[dict, dict]:
         "best_bleu_all": rounded(by_scorer.loc[best, "bleu_all"]) if best else None,
         "bleu_inside": {s: rounded(r.bleu_inside) for s, r in by_scorer.iterrows()},
         "bleu_all": {s: rounded(r.bleu_all) for s, r in by_scorer.iterrows()},
-        "findings": {
-            v.replace(" ", "_"): sum(x == v for x in verdicts.values())
-            for v in sorted(set(verdicts.values()))
+        "findings": {  # every verdict, so dvc exp show's columns stay the same
+            v.replace(" ", "_"): sum(x == v for x in verdicts.values()) for v in VERDICTS
         },
         "failed_variants": int((table.status != "finished").sum()),
         "capped_variants": len(study.excluded),  # stopped at the step cap: not confirmatory
@@ -487,12 +495,12 @@ def dev_choice(sweep: dict, evaluated: dict, scorer: str | None) -> str | None:
     """The variant a user would deploy, chosen on dev only: of the evaluated variants
     (of the study's best scorer, chosen on dev, when there is one), the one with the
     highest dev BLEU at its best checkpoint."""
-    candidates = {
-        i: sweep["variants"][i].get("best_dev_bleu")
+    scored = {
+        i: float(sweep["variants"][i].get("best_dev_bleu") or "nan")
         for i in evaluated
-        if scorer is None or sweep["variants"][i]["axes"].get("scorer", scorer) == scorer
+        if scorer is None or sweep["variants"][i]["model"]["scorer"] == scorer
     }
-    scored = {i: v for i, v in candidates.items() if v is not None}
+    scored = {i: v for i, v in scored.items() if math.isfinite(v)}
     return max(sorted(scored), key=scored.get) if scored else None
 
 
@@ -502,6 +510,7 @@ def _log_to_mlflow(
     sweep: dict,
     metrics: dict,
     out_dir: Path,
+    models_dir: Path,
     test: TestSet,
     key: str,
     best: dict[str, Any],
@@ -523,7 +532,7 @@ def _log_to_mlflow(
     )
     try:
         models = _log_test_runs(
-            tracker, parent_id, sweep, metrics, out_dir, test, key, evaluate_params
+            tracker, parent_id, sweep, metrics, out_dir, models_dir, test, key, evaluate_params
         )
         if best.get("scorer"):  # the study's one "best": the scorer chosen on dev
             tracker.log_metrics(parent_id, {"best_test_bleu": best["bleu_inside"]})
@@ -554,29 +563,33 @@ def _log_to_mlflow(
 
 
 def _log_test_runs(
-    tracker, parent_id, sweep, metrics, out_dir, test: TestSet, key, evaluate_params
+    tracker, parent_id, sweep, metrics, out_dir, models_dir, test: TestSet, key, evaluate_params
 ) -> dict[str, str]:
     """One ``test`` run per variant; returns variant -> its logged model's id."""
     training_runs = tracker.newest_by("config_hash", {"kind": "train"})
     dataset = ("test", dataset_digest(test.sha256))
+    axes = sorted({k for v in sweep["variants"].values() for k in v["axes"]})
     models = {}
     for variant_id, result in tqdm(metrics.items(), desc="MLflow test runs", unit="run"):
         info = sweep["variants"][variant_id]
         train_metrics, tags = training_summary(info)
-        if info["config_hash"] in training_runs:
-            tags["training_run_id"] = training_runs[info["config_hash"]].info.run_id
-        model_id = tracker.find_logged_model({"config_hash": info["config_hash"]})
-        if model_id:
-            models[variant_id] = tags["model_id"] = model_id
+        training = training_runs.get(info["config_hash"])
+        if training is not None:
+            tags["training_run_id"] = training.info.run_id
         decoded_at = result.get("decode_started", time.time())
         run_id = tracker.find_or_start(
             f"test:{variant_id}",
             experiment_key({"kind": "test", "eval_key": key, "config_hash": info["config_hash"]}),
             parent_id=parent_id,
-            params={**variant_params(info), **evaluate_params},
+            params={**variant_params(info, axes), **evaluate_params},
             tags={"variant": variant_id, "sacrebleu_signature": result["signature"], **tags},
             start_time_ms=int(decoded_at * 1000),
         )
+        source_run = training.info.run_id if training is not None else run_id
+        model_id = variant_model(tracker, info, models_dir / variant_id, source_run)
+        if model_id:
+            models[variant_id] = model_id
+            tracker.set_tags(run_id, {"model_id": model_id})
         values = {"test_bleu": result["bleu"], "test_bleu_low": result["bleu_low"]}
         values.update(test_bleu_high=result["bleu_high"], test_chrf=result["chrf"])
         values.update({_metric_name(b["bucket"]): b["bleu"] for b in result["by_length"]})
@@ -594,8 +607,36 @@ def _log_test_runs(
     return models
 
 
-def variant_params(info: dict) -> dict[str, Any]:
-    """A variant's grid axes and seed under the names its training run logs them with
-    (``model.scorer``, ``train.seed``): the columns that tell the test runs apart."""
-    axes = {"seed": info["train"].get("seed"), **info["axes"]}
-    return {(f"model.{k}" if k in info["model"] else f"train.{k}"): v for k, v in axes.items()}
+def variant_model(tracker: Tracker, info: dict, folder: Path, run_id: str) -> str | None:
+    """The variant's logged model (an MLflow model that translates). A variant without
+    one (taken from the variant cache, or logged by an older version as a bare
+    checkpoint) gets it now, from ``models/<variant>/``, as a model of ``run_id``."""
+    model_id = tracker.find_logged_model({"config_hash": info["config_hash"]})
+    if model_id is not None or not tracker.log_models:
+        return model_id
+    files = VariantFiles(folder)
+    paths = [files.checkpoint, files.config, *(folder / n for n in files.TOKENIZERS)]
+    params = {f"model.{k}": v for k, v in info["model"].items()}
+    params.update({f"train.{k}": v for k, v in info["train"].items()})
+    with tempfile.TemporaryDirectory(prefix="model-") as tmp:
+        model_dir = save_pyfunc(paths, Path(tmp) / "model")
+        return tracker.log_model(
+            run_id,
+            folder.name,
+            model_dir,
+            step=int(info.get("best_step") or 0),
+            params=params,
+            tags={"config_hash": info["config_hash"], "variant": folder.name},
+        )
+
+
+def variant_params(info: dict, axes: list[str]) -> dict[str, Any]:
+    """A variant's values of the study's grid ``axes`` and its seed, under the names its
+    training run logs them with (``model.scorer``, ``train.seed``): the columns that tell
+    the test runs apart (a variant of a ``grid_include`` entry has them too)."""
+    values = {}
+    for key in {"seed", *axes}:
+        section = "model" if key in info["model"] else "train"
+        value = info["axes"].get(key, info[section].get(key))
+        values[f"{section}.{key}"] = value
+    return dict(sorted(values.items()))

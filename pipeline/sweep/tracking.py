@@ -142,13 +142,22 @@ class MlflowCallback(tune.Callback):
         self.outbox.log_artifacts(ref, files.logged())
         if not self.outbox.tracker.log_models:
             return
-        with tempfile.TemporaryDirectory(prefix="model-") as tmp:  # the journal keeps a copy
-            # what translates: the best checkpoint, its config and the subword models
-            names = [files.checkpoint, files.config, *(self.data_dir / n for n in files.TOKENIZERS)]
+        # what translates: the best checkpoint, its config and the subword models (about
+        # a second to build; the journal keeps a copy, the evaluate stage retries a miss)
+        names = [files.checkpoint, files.config, *(self.data_dir / n for n in files.TOKENIZERS)]
+        with tempfile.TemporaryDirectory(prefix="model-") as tmp:
+            try:
+                model_dir = save_pyfunc(names, Path(tmp) / "model")
+            except Exception as err:  # the run still finishes; the model is logged later
+                logger.warning(
+                    "%s: no MLflow model logged (%s: %s)", spec.variant.id, type(err).__name__, err
+                )
+                self.outbox.set_tags(ref, {"model_error": f"{type(err).__name__}: {err}"})
+                return
             self.outbox.log_model(
                 ref,
                 spec.variant.id,
-                save_pyfunc(names, Path(tmp) / "model"),
+                model_dir,
                 step=int(summary.get("best_step", 0)),
                 params=spec.variant.flat_params(),
                 tags={"config_hash": spec.config_hash, "variant": spec.variant.id},

@@ -143,6 +143,11 @@ def experiment_key(key: Mapping[str, str]) -> dict[str, str]:
     return {**key, **dvc_tags()} if dvc_tags() else {**key, DVC_TAGS["DVC_EXP_NAME"]: ""}
 
 
+def model_name(name: str) -> str:
+    """``name`` as MLflow accepts it for a logged or registered model (no ``/ : . % " '``)."""
+    return re.sub(r"[/:.%\"']", "_", name)
+
+
 def dataset_digest(sha256: str) -> str:
     """The digest a dataset is logged with (MLflow keeps at most 36 characters)."""
     return sha256[:36]
@@ -352,7 +357,9 @@ class Tracker:
         """The id of a READY logged model carrying ``tags``, if one exists."""
         clauses = " AND ".join(f"tags.`{k}` = {_quoted(v)}" for k, v in tags.items())
         models = self.client.search_logged_models([self.experiment_id], filter_string=clauses)
-        ready = [m for m in models if str(m.status).endswith("READY")]
+        ready = [
+            m for m in models if str(m.status).endswith("READY") and m.model_type == MODEL_TYPE
+        ]  # older versions logged bare checkpoints (another type): those do not load
         return ready[0].model_id if ready else None
 
     def log_model(
@@ -372,7 +379,7 @@ class Tracker:
             return None
         model = self.client.create_logged_model(
             self.experiment_id,
-            name=re.sub(r"[/:.%\"']", "_", name),  # characters MLflow refuses in model names
+            name=model_name(name),
             source_run_id=run_id,
             params={k: str(v)[:_MAX_PARAM] for k, v in params.items()},
             tags=dict(tags),
@@ -389,10 +396,17 @@ class Tracker:
 
     def register(self, name: str, model_id: str, alias: str, tags: Mapping[str, str]) -> str:
         """Point registered model ``name``'s ``alias`` at logged model ``model_id`` (a new
-        version unless the alias already points at it); the version number."""
+        version unless the alias already points at it); the version number. The version's
+        source is the model's artifact location, so it resolves under this store's URI
+        whatever the process's default."""
+        name = model_name(name)
+        model = self.client.get_logged_model(model_id)
+        source = model.artifact_location
         try:
             current = self.client.get_model_version_by_alias(name, alias)
-            if model_id in (current.model_id, current.source.removeprefix("models:/")):
+            if model_id in (current.model_id, current.source.removeprefix("models:/")) or (
+                current.source == source
+            ):
                 return current.version
         except MlflowException:  # no such model or alias yet
             pass
@@ -402,7 +416,7 @@ class Tracker:
             except MlflowException:  # created meanwhile by another process
                 pass
         version = self.client.create_model_version(
-            name, source=f"models:/{model_id}", model_id=model_id, tags=dict(tags)
-        )
+            name, source=source, run_id=model.source_run_id, model_id=model_id, tags=dict(tags)
+        )  # the run too: MLflow would look it up through the default URI
         self.client.set_registered_model_alias(name, alias, version.version)
         return version.version

@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from pipeline.artifacts import VariantFiles
 from pipeline.data.cleaning import normalize
 from pipeline.data.dataset import (
     BOS_ID,
-    EOS_ID,
     PAD_ID,
     SubwordTokenizer,
     TokenizedDataError,
@@ -133,6 +133,8 @@ class Translator:
         folder or else ``tok_dir``); subword models other than the ones the checkpoint
         was trained with are refused, naming what differs."""
         folder = Path(folder)
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            raise TranslateError(f"--device {device}: CUDA is not available on this machine")
         checkpoint = folder / VariantFiles.CHECKPOINT
         if not checkpoint.is_file():
             raise TranslateError(f"{checkpoint}: checkpoint not found")
@@ -176,23 +178,16 @@ class Translator:
         for row, index in enumerate(todo):
             extra = {}
             if attention and self.has_attention and attentions[row] is not None:
-                extra = {
+                target = [int(i) for i in hypotheses[row] if int(i) not in (PAD_ID, BOS_ID)]
+                weights = np.round(np.asarray(attentions[row], float), 4)
+                ended = len(weights) > len(target)  # a row for "</s>" unless cut at the cap
+                extra = {  # one attention row per target piece
                     "source_pieces": self.src.pieces(ids[row]) + ["</s>"],
-                    "target_pieces": self.tgt.pieces(_until_eos(hypotheses[row])) + ["</s>"],
-                    "attention": np.round(np.asarray(attentions[row], float), 4).tolist(),
+                    "target_pieces": self.tgt.pieces(target) + (["</s>"] if ended else []),
+                    "attention": weights.tolist(),
                 }
             found[index] = Translation(lines[index], outputs[row], **extra)
         return found
-
-
-def _until_eos(ids: Iterable[int]) -> list[int]:
-    out = []
-    for i in ids:
-        if int(i) == EOS_ID:
-            break
-        if int(i) not in (PAD_ID, BOS_ID):
-            out.append(int(i))
-    return out
 
 
 def _max_ratio(folder: Path) -> float:
@@ -211,6 +206,8 @@ def export(model: str | Path, out: str | Path, tok_dir: str | Path | None = None
     folder whose files do not belong together is refused before anything is written."""
     translator = Translator.load(model, tok_dir)
     out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise TranslateError(f"{out}: exists and is not empty; export into a new folder")
     with atomic_dir(out) as tmp:
         shutil.copyfile(translator.folder / VariantFiles.CHECKPOINT, tmp / VariantFiles.CHECKPOINT)
         shutil.copyfile(translator.src.path, tmp / VariantFiles.SRC_MODEL)

@@ -1,10 +1,10 @@
 """``python -m pipeline.translate``: translate text with a trained variant.
 
-    python -m pipeline.translate additive-h256-s1 < sentences.txt > translations.txt
+    python -m pipeline.translate additive-fwd-h256-s1 < sentences.txt > translations.txt
     echo "In the beginning God created the heavens and the earth." | \\
-        python -m pipeline.translate models/additive-h256-s1 --greedy
-    python -m pipeline.translate additive-h256-s1 -i dev.en --json --attention > out.jsonl
-    python -m pipeline.translate additive-h256-s1 --export exported/additive
+        python -m pipeline.translate models/additive-fwd-h256-s1 --greedy
+    python -m pipeline.translate additive-fwd-h256-s1 -i dev.en --json --attention > out.jsonl
+    python -m pipeline.translate additive-fwd-h256-s1 --export exported/additive
 
 MODEL is a variant's folder, its ``checkpoint.pt``, or a variant id under ``--models``
 (default ``models``). Text comes from ``--input`` or standard input, one sentence per
@@ -79,14 +79,17 @@ def parser() -> argparse.ArgumentParser:
     return cli
 
 
-def _chunks(stream: TextIO, interactive: bool) -> Iterator[list[str]]:
+def _chunks(stream: TextIO, interactive: bool, where: str) -> Iterator[list[str]]:
     size = 1 if interactive else CHUNK_LINES
     chunk: list[str] = []
-    for line in stream:
-        chunk.append(line.rstrip("\r\n"))
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
+    try:
+        for line in stream:
+            chunk.append(line.rstrip("\r\n"))
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+    except UnicodeDecodeError as err:
+        raise TranslateError(f"{where}: not UTF-8 text ({err.reason})") from None
     if chunk:
         yield chunk
 
@@ -94,7 +97,7 @@ def _chunks(stream: TextIO, interactive: bool) -> Iterator[list[str]]:
 def _count_lines(path: str | None) -> int | None:
     if path is None:
         return None
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:  # bytes: a decoding error is reported when read
         return sum(1 for _ in handle)
 
 
@@ -113,9 +116,11 @@ def run(args: argparse.Namespace) -> None:
         )
     beam = 1 if args.greedy else args.beam
     with ExitStack() as stack:
-        source = sys.stdin
+        source, where = sys.stdin, "standard input"
         if args.input is not None:
-            source = stack.enter_context(open(args.input, encoding="utf-8"))
+            source, where = stack.enter_context(open(args.input, encoding="utf-8")), args.input
+        else:
+            sys.stdin.reconfigure(encoding="utf-8", errors="strict")
         interactive = args.input is None and sys.stdin.isatty()
         if args.output is not None:  # written whole or not at all
             tmp = stack.enter_context(atomic_path(args.output))
@@ -129,7 +134,7 @@ def run(args: argparse.Namespace) -> None:
             disable=interactive or None,
             file=sys.stderr,
         )
-        for chunk in _chunks(source, interactive):
+        for chunk in _chunks(source, interactive, where):
             found = translator.translate(
                 chunk,
                 beam_size=beam,
@@ -157,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         run(args)
     except BrokenPipeError:  # e.g. `| head`: the reader has what it wanted
         sys.exit(0)
-    except (TranslateError, OSError, UnicodeDecodeError) as err:
+    except (TranslateError, OSError) as err:
         if args.verbose:
             logger.exception("failed")
         print(f"error: {err}", file=sys.stderr)

@@ -69,17 +69,20 @@ def test_a_variant_is_logged_as_an_mlflow_model_that_translates(
     outputs = tracker.client.get_run(run_id).outputs.model_outputs
     assert [(o.model_id, o.step) for o in outputs] == [(model_id, 2)]
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.uri)  # where a user's store is
+    # registered under the tracker's store, whatever the process's default URI
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    version = tracker.register("a/study", model_id, "dev-best", {"variant": "x"})
+    assert tracker.register("a/study", model_id, "dev-best", {"variant": "x"}) == version
+
     sentences = ["ka lo mi nu", "xe va"]
     expected = Translator.load(tiny_variant_folder).translate(sentences, beam_size=2)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.uri)  # where a user's store is
     loaded = mlflow.pyfunc.load_model(f"models:/{model_id}")
     assert loaded.predict(sentences, params={"beam_size": 2}) == [t.translation for t in expected]
     assert loaded.predict(pd.DataFrame({"text": sentences[:1]}), params={"beam_size": 2}) == [
         expected[0].translation
     ]
-    version = tracker.register("study", model_id, "dev-best", {"variant": "x"})
-    assert tracker.register("study", model_id, "dev-best", {"variant": "x"}) == version
-    aliased = mlflow.pyfunc.load_model("models:/study@dev-best")
+    aliased = mlflow.pyfunc.load_model("models:/a_study@dev-best")  # a name MLflow accepts
     assert aliased.predict(sentences[1:], params={"beam_size": 2}) == [expected[1].translation]
 
 

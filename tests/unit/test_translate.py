@@ -9,11 +9,12 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
-from pipeline.data.dataset import TokenizedData
+from pipeline.data.dataset import EOS_ID, TokenizedData
 from pipeline.models.checkpoint import load_checkpoint
 from pipeline.models.search import translate as search
-from pipeline.translate import TranslateError, Translator, resolve_model
+from pipeline.translate import TranslateError, Translator, export, resolve_model
 from tests.conftest import tiny_sentence_pairs
 
 
@@ -117,3 +118,38 @@ def test_command_line_errors_are_one_line_and_write_nothing(tiny_variant_folder,
     (damaged / "checkpoint.pt").write_bytes(b"not a checkpoint")
     broken = _cli(damaged, stdin="ka lo\n")
     assert broken.returncode == 1 and "not a readable checkpoint" in broken.stderr
+
+
+def test_a_hypothesis_cut_at_the_length_cap_has_one_attention_row_per_piece(
+    tiny_variant_folder,
+):
+    translator = Translator.load(tiny_variant_folder)
+    (whole,) = translator.translate(["ka lo"], attention=True)
+    assert whole.target_pieces[-1] == "</s>"
+    assert len(whole.attention) == len(whole.target_pieces)
+    with torch.no_grad():  # a model that never ends a sentence: cut at the cap
+        translator.loaded.model.generator.bias[EOS_ID] = -1e4
+    translator.max_ratio = 0.0  # floor(0 * n) + 10 tokens
+    (cut,) = translator.translate(["ka lo"], attention=True)
+    assert "</s>" not in cut.target_pieces
+    assert len(cut.attention) == len(cut.target_pieces) == 10
+
+
+def test_export_never_replaces_a_folder_with_files(tiny_variant_folder, tmp_path):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    with pytest.raises(TranslateError, match="not empty"):
+        export(tiny_variant_folder, taken)
+    assert (taken / "notes.txt").read_text() == "mine"
+    with pytest.raises(TranslateError, match="not empty"):
+        export(tiny_variant_folder, tiny_variant_folder)  # its own folder
+    assert (tiny_variant_folder / "history.csv").is_file()
+
+
+def test_input_that_is_not_utf8_is_one_line_naming_it(tiny_variant_folder, tmp_path):
+    source = tmp_path / "latin1.txt"
+    source.write_bytes("ka lo\nse\xf1or\n".encode("latin-1"))
+    done = _cli(tiny_variant_folder, "-i", source)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"error: {source}: not UTF-8 text (invalid continuation byte)"
