@@ -14,9 +14,10 @@ Packages, from the bottom up (each may import only those before it; a test check
 - ``study``: what the study claims and how a claim is judged (findings, statistics);
 - ``tracking``: MLflow and provenance;
 - ``train``: training one variant (the trainer and its callbacks);
+- ``translate``: a trained variant as a translator (command line, export, MLflow model);
 - ``sweep``: the grid on Ray Tune (trials, collection, caching, MLflow per trial);
 - ``evaluate``: decoding the test set, scoring, verdicts;
-- ``report``: the HTML/Markdown report, its figures, the README block.
+- ``report``: the HTML/Markdown report and its figures.
 
 ``stages/`` holds the DVC stages' command lines, one thin module each.
 """

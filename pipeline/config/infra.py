@@ -74,8 +74,9 @@ class TrackingConfig(Section):
     experiment: str = "attention-study"
     """MLflow experiment name (``MLFLOW_EXPERIMENT_NAME`` overrides it)."""
     log_models: bool = True
-    """Log each variant's best checkpoint as an MLflow logged model (the run's Models
-    column). 11-17 MB per variant of the default grid (about 320 MB for all 24)."""
+    """Log each variant as an MLflow logged model that translates (its best checkpoint,
+    config and subword models as a ``pyfunc``; the run's Models column) and register the
+    one chosen on dev. 11-17 MB per variant of the default grid (about 320 MB for all 24)."""
     outage_wait_seconds: float = Field(60.0, ge=0)
     """At the end of the train stage (and when evaluate sends what earlier runs left), how
     long to wait for an unreachable MLflow server to take the records still queued; what

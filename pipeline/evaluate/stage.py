@@ -15,16 +15,19 @@ Outputs (``eval/``, swapped in whole when everything succeeded):
   variant's folder also holds ``sentence_stats.npz`` (sacreBLEU's per-sentence statistics
   of both decodings) and ``hypotheses_greedy.txt``.
 
-And for DVC (``metrics_dir``, default ``metrics/``): ``test.json``, the headline numbers
-(the one "best" scorer, chosen on dev, mean test BLEU per scorer, the verdicts; the
-columns of ``dvc exp show``);
-``bleu_by_length.csv``, the long table variant x bucket, and ``test_bleu.csv``, one row
-per variant (``dvc plots show``/``diff``).
+And for DVC (``metrics_dir``, default ``metrics/``): ``test.json``, the headline numbers,
+all numeric (the best scorer's test BLEU, mean test BLEU per scorer, verdict counts; the
+columns of ``dvc exp show``; the words are ``summary.json``'s ``headline``);
+``bleu_by_length.csv``, BLEU per bucket of each configuration (seed means),
+``test_bleu.csv``, one row per variant, and ``learning_curves.csv``, dev BLEU and loss per
+step (``dvc plots show``/``diff``).
 
 MLflow (:mod:`pipeline.tracking.store`): an ``evaluation`` run keyed by ``eval_key`` (the hash
 of the evaluate params, the test set and the evaluated variants' config hashes, also in
-``eval/summary.json``) with one ``test`` child per variant holding its test scores next
-to its training summary, tagged with the DVC experiment.
+``eval/summary.json``) with one ``test:<variant>`` child per variant holding its test
+scores (linked to the variant's logged model and the test set) next to its training
+summary, tagged with the DVC experiment; the variant chosen on dev gets the registry
+alias ``dev-best``.
 """
 
 from __future__ import annotations
@@ -158,7 +161,7 @@ def evaluate(
     metrics_dir: Path,
 ) -> dict[str, Any]:
     """Run the whole evaluate stage: decode, score, judge, write, record. Returns
-    ``eval/summary.json``'s content plus ``headline`` (``metrics/test.json``'s)."""
+    ``eval/summary.json``'s content plus ``numbers`` (``metrics/test.json``'s)."""
     started = time.time()
     sweep = load_sweep(models_dir)
     trained = {i: v for i, v in sweep["variants"].items() if v["status"] in ("finished", "cached")}
