@@ -342,21 +342,24 @@ def configurations(sweep: dict, variants) -> dict[str, str]:
 
 def length_plot_table(metrics: dict, sweep: dict) -> pd.DataFrame:
     """BLEU per length bucket, the mean over seeds of each configuration: one line per
-    configuration in ``dvc plots show``, coloured by scorer."""
+    configuration in ``dvc plots show``, coloured by scorer; with each bucket's test
+    sentences and whether its lengths were inside the training lengths."""
     names = configurations(sweep, metrics)
     rows = [
         {
             "configuration": names[i],
             "scorer": sweep["variants"][i]["model"]["scorer"],
             "bucket": entry["bucket"],
+            "sentences": entry["sentences"],
+            "training_range": entry["training_range"],
             "bleu": entry["bleu"],
         }
         for i, result in metrics.items()
         for entry in result["by_length"]
     ]
-    frame = pd.DataFrame(rows, columns=["configuration", "scorer", "bucket", "bleu"])
-    grouped = frame.groupby(["configuration", "scorer", "bucket"], sort=False).bleu
-    out = grouped.agg(["mean", "size"]).reset_index()
+    keys = ["configuration", "scorer", "bucket", "sentences", "training_range"]
+    frame = pd.DataFrame(rows, columns=[*keys, "bleu"])
+    out = frame.groupby(keys, sort=False).bleu.agg(["mean", "size"]).reset_index()
     return out.rename(columns={"mean": "bleu", "size": "seeds"}).round({"bleu": 2})
 
 

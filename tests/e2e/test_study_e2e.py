@@ -198,7 +198,15 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
     # plots: BLEU by length per configuration (seed means, coloured by scorer), the
     # learning curves (dev BLEU and loss per step), the report's figures as images
     by_length = pd.read_csv(root / "metrics" / "bleu_by_length.csv")
-    assert set(by_length.columns) == {"configuration", "scorer", "bucket", "bleu", "seeds"}
+    assert set(by_length.columns) == {
+        "configuration",
+        "scorer",
+        "bucket",
+        "sentences",
+        "training_range",
+        "bleu",
+        "seeds",
+    }
     assert by_length.groupby("configuration").scorer.nunique().max() == 1
     curves = pd.read_csv(root / "metrics" / "learning_curves.csv")
     assert set(curves.scorer) == {"none", "additive", "cosine"}

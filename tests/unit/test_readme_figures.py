@@ -100,7 +100,7 @@ def default_study(m: re.Match) -> list[tuple]:
 
 def inside_sentences(m: re.Match) -> list[tuple]:
     lengths = pd.read_csv(REPO_ROOT / "metrics" / "bleu_by_length.csv")
-    first = lengths[lengths.variant == lengths.variant.iloc[0]]
+    first = lengths[lengths.configuration == lengths.configuration.iloc[0]]
     return [
         (number(m[1]), first[first.training_range == "inside"].sentences.sum()),
         (number(m[2]), params().fetch.split.max_train_words),
