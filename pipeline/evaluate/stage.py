@@ -502,11 +502,11 @@ def dev_choice(sweep: dict, evaluated: dict, scorer: str | None) -> str | None:
     (of the study's best scorer, chosen on dev, when there is one), the one with the
     highest dev BLEU at its best checkpoint."""
     scored = {
-        i: float(sweep["variants"][i].get("best_dev_bleu") or "nan")
+        i: sweep["variants"][i].get("best_dev_bleu")
         for i in evaluated
         if scorer is None or sweep["variants"][i]["model"]["scorer"] == scorer
     }
-    scored = {i: v for i, v in scored.items() if math.isfinite(v)}
+    scored = {i: float(v) for i, v in scored.items() if v is not None and math.isfinite(v)}
     return max(sorted(scored), key=scored.get) if scored else None
 
 

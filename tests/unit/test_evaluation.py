@@ -11,6 +11,7 @@ from pipeline.evaluate.metrics import (
     monotonicity_gap,
     score_system,
 )
+from pipeline.evaluate.stage import dev_choice
 from pipeline.study.statistics import format_p, holm
 
 REFS = [f"the {w} sat on the mat number {i}" for i, w in enumerate(["cat", "dog", "cow"] * 20)]
@@ -70,3 +71,18 @@ def test_attention_examples_are_seeded_and_spread_over_buckets():
     assert np.array_equal(chosen, attention_example_indices(words, 6, 10, 6, seed=1))
     assert {int(words[i]) for i in chosen} == {3, 15, 60}
     assert len(chosen) == 6 and list(words[chosen]) == sorted(words[chosen])
+
+
+def test_the_dev_choice_is_the_best_dev_bleu_of_the_chosen_scorer_even_at_zero():
+    """The variant registered as dev-best: the chosen scorer's own variants only (a
+    grid_include variant has no scorer axis), finite dev BLEU only, 0.0 included."""
+    variants = {
+        "additive-s1": {"best_dev_bleu": 0.0, "model": {"scorer": "additive"}, "axes": {}},
+        "additive-s2": {"best_dev_bleu": float("nan"), "model": {"scorer": "additive"}},
+        "additive-s3": {"best_dev_bleu": None, "model": {"scorer": "additive"}},
+        "dot-s1": {"best_dev_bleu": 5.0, "model": {"scorer": "dot"}, "axes": {}},
+    }
+    sweep = {"variants": variants}
+    assert dev_choice(sweep, variants, "additive") == "additive-s1"
+    assert dev_choice(sweep, variants, None) == "dot-s1"
+    assert dev_choice(sweep, ["additive-s2", "additive-s3"], "additive") is None
