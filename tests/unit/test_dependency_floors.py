@@ -57,7 +57,7 @@ APIS = (
     Api("mlflow", "LoggedModelOutput", "3.0", _MLFLOW_3),
     Api("mlflow", "LoggedModelStatus", "3.0", _MLFLOW_3),
     Api("mlflow", "dataset_name=", "3.0", _MLFLOW_3 + " (metrics linked to a model/dataset)"),
-    Api("mlflow", 'source=f"models:/{model_id}"', "3.0", _MLFLOW_3 + " (models:/<model id>)"),
+    Api("mlflow", "model_id=model_id", "3.0", _MLFLOW_3 + " (a model version of a logged model)"),
     Api("mlflow", "set_registered_model_alias(", "2.3", "MLflow 2.3.0 release notes: aliases"),
     Api(
         "torch",
