@@ -23,7 +23,8 @@ from pipeline.config.grid import Variant, apply_point
 from pipeline.config.params import Config, EvaluateConfig, ModelConfig, TrainConfig
 from pipeline.data.batching import Batch, epoch_batches, make_batch
 from pipeline.data.dataset import TokenizedSplit
-from pipeline.evaluate.decode import BEAM_BATCH_SENTENCES, GREEDY_BATCH_SENTENCES, decode_split
+from pipeline.evaluate.decode import decode_split
+from pipeline.models.search import batch_sentences
 from pipeline.models.seq2seq import Seq2Seq
 from pipeline.train import trainer as training
 
@@ -209,7 +210,7 @@ def time_decoding(
     return {
         "beam_size": beam_size,
         "precision": precision,
-        "batch_sentences": GREEDY_BATCH_SENTENCES if beam_size == 1 else BEAM_BATCH_SENTENCES,
+        "batch_sentences": batch_sentences(beam_size),
         "sentences": len(split),
         "seconds": seconds,
         "sentences_per_s": len(split) / seconds,

@@ -94,6 +94,12 @@ class VariantFiles:
     def dev_attention(self) -> Path:
         return self.folder / self.DEV_ATTENTION
 
+    def translator_files(self, tokenizers: Path | None = None) -> list[Path]:
+        """What translates: the best checkpoint, its config and the two subword models
+        (from ``tokenizers``, e.g. ``data/tok``, before they are copied into the folder)."""
+        where = self.folder if tokenizers is None else tokenizers
+        return [self.checkpoint, self.config, *(where / name for name in self.TOKENIZERS)]
+
     def add_tokenizers(self, models: Mapping[str, bytes]) -> None:
         """Write the subword models (``src.model``/``tgt.model`` -> bytes, from
         ``data/tok``) into the folder, so that it translates alone; unchanged files are

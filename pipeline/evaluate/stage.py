@@ -620,12 +620,10 @@ def variant_model(tracker: Tracker, info: dict, folder: Path, run_id: str) -> st
     model_id = tracker.find_logged_model({"config_hash": info["config_hash"]})
     if model_id is not None or not tracker.log_models:
         return model_id
-    files = VariantFiles(folder)
-    paths = [files.checkpoint, files.config, *(folder / n for n in files.TOKENIZERS)]
     params = {f"model.{k}": v for k, v in info["model"].items()}
     params.update({f"train.{k}": v for k, v in info["train"].items()})
     with tempfile.TemporaryDirectory(prefix="model-") as tmp:
-        model_dir = save_pyfunc(paths, Path(tmp) / "model")
+        model_dir = save_pyfunc(VariantFiles(folder).translator_files(), Path(tmp) / "model")
         return tracker.log_model(
             run_id,
             folder.name,

@@ -216,6 +216,19 @@ class _BeamSearch:
         return _finish(self.batch, out, weights)
 
 
+GREEDY_BATCH_SENTENCES = 64
+BEAM_BATCH_SENTENCES = 32
+"""Sentences per decoding batch (sorted by length, so padding stays small). Measured on
+this 2-core machine, hidden 256, 1 thread: greedy 129 sent/s at 64 (124 at 32, 103 at
+128); beam 5 31.5 sent/s at 32 (24 at 64, 14 at 128): a larger beam batch waits longer on
+its slowest sentence."""
+
+
+def batch_sentences(beam_size: int) -> int:
+    """The measured best sentences per batch for greedy search (beam 1) or beam search."""
+    return GREEDY_BATCH_SENTENCES if beam_size == 1 else BEAM_BATCH_SENTENCES
+
+
 def translate(
     model: Seq2Seq,
     split: TokenizedSplit,

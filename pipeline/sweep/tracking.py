@@ -142,12 +142,10 @@ class MlflowCallback(tune.Callback):
         self.outbox.log_artifacts(ref, files.logged())
         if not self.outbox.tracker.log_models:
             return
-        # what translates: the best checkpoint, its config and the subword models (about
-        # a second to build; the journal keeps a copy, the evaluate stage retries a miss)
-        names = [files.checkpoint, files.config, *(self.data_dir / n for n in files.TOKENIZERS)]
+        # about a second to build; the journal keeps a copy, the evaluate stage retries a miss
         with tempfile.TemporaryDirectory(prefix="model-") as tmp:
             try:
-                model_dir = save_pyfunc(names, Path(tmp) / "model")
+                model_dir = save_pyfunc(files.translator_files(self.data_dir), Path(tmp) / "model")
             except Exception as err:  # the run still finishes; the model is logged later
                 logger.warning(
                     "%s: no MLflow model logged (%s: %s)", spec.variant.id, type(err).__name__, err

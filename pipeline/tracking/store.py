@@ -404,9 +404,7 @@ class Tracker:
         source = model.artifact_location
         try:
             current = self.client.get_model_version_by_alias(name, alias)
-            if model_id in (current.model_id, current.source.removeprefix("models:/")) or (
-                current.source == source
-            ):
+            if current.source == source:
                 return current.version
         except MlflowException:  # no such model or alias yet
             pass

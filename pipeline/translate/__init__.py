@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from pipeline.artifacts import VariantFiles
+from pipeline.config.params import EvaluateConfig, TrainConfig
 from pipeline.data.cleaning import normalize
 from pipeline.data.dataset import (
     BOS_ID,
@@ -37,14 +38,13 @@ from pipeline.data.dataset import (
 )
 from pipeline.io import atomic_dir
 from pipeline.models.checkpoint import LoadedCheckpoint, VocabInfo, load_checkpoint
+from pipeline.models.search import batch_sentences
 from pipeline.models.search import translate as search
 
-DEFAULT_BEAM_SIZE = 5
-"""The evaluate stage's default beam (``evaluate.beam_size``): what the study's test BLEU
-measured."""
-DEFAULT_MAX_RATIO = 2.0  # train.max_decode_ratio's default, for a folder without config.json
-BATCH_SENTENCES = {True: 64, False: 32}
-"""Sentences per batch, greedy (True) or beam: the evaluate stage's measured best."""
+DEFAULT_BEAM_SIZE: int = EvaluateConfig.model_fields["beam_size"].default
+"""The evaluate stage's default beam: what the study's test BLEU measured."""
+DEFAULT_MAX_RATIO: float = TrainConfig.model_fields["max_decode_ratio"].default
+"""The decoding length cap of a folder without ``config.json``."""
 
 
 class TranslateError(ValueError):
@@ -171,7 +171,7 @@ class Translator:
             beam_size=beam_size,
             length_penalty=length_penalty,
             max_ratio=self.max_ratio,
-            batch_size=BATCH_SENTENCES[beam_size == 1],
+            batch_size=batch_sentences(beam_size),
             device=self.device,
         )
         outputs = self.tgt.decode(hypotheses)
