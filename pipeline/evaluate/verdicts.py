@@ -17,16 +17,19 @@ from pipeline.artifacts import COMPARISONS, FINDINGS, RANKING
 from pipeline.config.params import Config
 from pipeline.evaluate.metrics import Buckets
 from pipeline.io import atomic_path, write_json
+from pipeline.study.declarations import PILOT
 from pipeline.study.findings import (
+    PAPER_BASELINE_RATIO,
     Finding,
     Grid,
+    baseline_ratio,
     choose_reference,
     comparisons_table,
     exploratory,
     judge,
     ranking,
 )
-from pipeline.study.statistics import ContrastEstimator, Resampler
+from pipeline.study.statistics import ALPHA, ContrastEstimator, Resampler
 
 _COMPARED = ("scorer", "reverse_source", "hidden_size", "seed")
 
@@ -40,6 +43,8 @@ class StudyFindings:
     comparisons: pd.DataFrame
     ranking: dict[str, pd.DataFrame]
     excluded: list[str]  # variants kept out of confirmatory tests (stopped at the step cap)
+    baseline_ratio: float | None = None  # none's BLEU over additive's, inside the lengths
+    clustered: bool = False  # the bootstrap drew whole chapters
 
     def decoding_dependent(self) -> list[str]:
         """Findings whose verdict differs between the decodings."""
@@ -47,6 +52,17 @@ class StudyFindings:
             return []
         verdicts = [{f.title: f.verdict for f in fs} for fs in self.findings.values()]
         return [t for t in verdicts[0] if len({v.get(t) for v in verdicts}) > 1]
+
+    def family(self) -> dict[str, Any]:
+        """The primary family: its size, and the level of each interval in it."""
+        findings = next(iter(self.findings.values()), [])
+        size = sum(1 for f in findings for p in f.parts if p.primary)
+        return {
+            "size": size,
+            "correction": "Bonferroni",
+            "alpha": ALPHA,
+            "interval_level": 1 - ALPHA / max(size, 1),
+        }
 
     def write(self, folder: Path) -> None:
         write_json(
@@ -58,6 +74,17 @@ class StudyFindings:
                     "reference_chosen_on": "mean best dev BLEU over the seeds every candidate has",
                     "reference_dev_bleu": self.reference_dev_bleu,
                     "excluded_from_confirmatory": self.excluded,
+                    "family": self.family(),
+                    "power_from": PILOT.source,
+                    "bootstrap": "clusters (chapters) within length strata"
+                    if self.clustered
+                    else "sentences within length strata",
+                    "baseline_ratio": {
+                        "measured": self.baseline_ratio,
+                        "paper": PAPER_BASELINE_RATIO,
+                        "what": "none's test BLEU over additive's inside the training "
+                        "lengths; the paper's RNNencdec-30 over RNNsearch-30 (Table 1)",
+                    },
                     "decoding_dependent": self.decoding_dependent(),
                     "findings": {d: [f.summary() for f in fs] for d, fs in self.findings.items()},
                 }
@@ -111,12 +138,14 @@ def variant_table(sweep: dict[str, Any], trained: dict[str, dict]) -> pd.DataFra
 
 
 def subsets(source_words: np.ndarray, buckets: Buckets, max_train_words: int | None):
-    """Sentence subsets by name (``all``, ``inside`` the training lengths, each bucket),
-    the bucket index of each sentence (the bootstrap's strata), and the buckets inside."""
+    """Sentence subsets by name (``all``, ``inside`` the training lengths, ``beyond``
+    them, each bucket), the bucket index of each sentence (the bootstrap's strata), and
+    the buckets inside."""
     index = np.array([buckets.index(int(w)) for w in source_words])
     named = {"all": np.arange(len(source_words))}
     cut = max_train_words if max_train_words is not None else np.inf
     named["inside"] = np.flatnonzero(source_words <= cut)
+    named["beyond"] = np.flatnonzero(source_words > cut)
     inside = []
     for i in range(buckets.count):
         rows = np.flatnonzero(index == i)
@@ -134,20 +163,42 @@ def study_findings(
     source_words: np.ndarray,
     buckets: Buckets,
     main: str,
+    clusters: list[str] | None = None,
 ) -> StudyFindings:
-    """Findings, exploratory comparisons and ranking for each decoding in ``stats``."""
+    """Findings, exploratory comparisons and ranking for each decoding in ``stats``.
+    ``clusters`` (a chapter per test sentence, when the corpus has them) make the
+    bootstrap draw whole chapters."""
     table = variant_table(sweep, trained)
     grid = Grid(table)
     reference, dev_means = choose_reference(grid)
-    named, strata, inside = subsets(source_words, buckets, config.fetch.split.max_train_words)
-    resampler = Resampler(strata, config.evaluate.bootstrap_samples, config.evaluate.bootstrap_seed)
-    findings, frames, ranked = {}, [], {}
+    named, strata, _ = subsets(source_words, buckets, config.fetch.split.max_train_words)
+    available = {name for name, rows in named.items() if len(rows)}
+    resampler = Resampler(
+        strata, config.evaluate.bootstrap_samples, config.evaluate.bootstrap_seed, clusters
+    )
+    findings, frames, ranked, ratio = {}, [], {}, None
     for decoding, by_variant in stats.items():
-        estimator = ContrastEstimator(by_variant, named, resampler)
-        findings[decoding] = judge(estimator, grid, inside, comparisons=config.evaluate.comparisons)
+        estimator = ContrastEstimator(
+            by_variant, named, resampler, configurations=grid.configurations()
+        )
+        findings[decoding] = judge(
+            estimator, grid, available, comparisons=config.evaluate.comparisons
+        )
+        if decoding == main:
+            ratio = baseline_ratio(estimator, grid)
         explore = exploratory(estimator, grid, reference)
         frames.append(comparisons_table(findings[decoding], explore).assign(decoding=decoding))
         ranked[decoding] = ranking(estimator, grid, reference)
     excluded = sorted(table[~table.plateaued].variant)
     comparisons = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return StudyFindings(main, reference, dev_means, findings, comparisons, ranked, excluded)
+    return StudyFindings(
+        main,
+        reference,
+        dev_means,
+        findings,
+        comparisons,
+        ranked,
+        excluded,
+        ratio,
+        clusters is not None,
+    )

@@ -1,81 +1,82 @@
-"""The study's findings: hypotheses declared in advance, tested with seed-aware statistics,
-judged by rules that are symmetric in evidence.
+"""The study's findings: questions declared in advance (:mod:`pipeline.study.declarations`),
+tested with seed-aware statistics, judged by rules that are symmetric in evidence.
 
-Each finding is one or more *parts*, each a contrast (:mod:`pipeline.study.statistics`) with a
-claim: ``> 0``, ``< 0`` or ``flat`` (inside a stated margin). A part is
+Each finding has one *primary* part, a contrast (:mod:`pipeline.study.statistics`) with
+a claim and a declared smallest effect of interest ``E``, and may have *secondary* parts
+that describe it further (reported at level alpha, never deciding). The primary parts
+of all findings, and of the user's comparisons (``evaluate.comparisons``), form one
+family of ``m``: each primary interval is drawn at ``1 - alpha / m`` (Bonferroni), the
+level at which the verdicts together err with probability at most alpha, and the MDE and
+the a-priori power are stated at that level too. With ``[L, U]`` that interval, signed
+so that the claimed direction is positive:
 
-- *supported*: its test rejects the opposite at the level below (``> 0``: the contrast is
-  significantly positive; ``flat``: TOST shows it inside the margin);
-- *contradicted*: the same test, the other way (significantly negative; significantly
-  outside the margin);
-- *undecided* otherwise.
+- **agrees**: ``L > 0`` and ``U >= E``: the effect is there and not shown smaller than
+  claimed;
+- **smaller than claimed**: ``U < E`` (and not below 0): the data rule out the claimed
+  size (the answer says whether an effect is shown at all);
+- **disagrees**: ``U < 0``: the opposite direction is shown; for an equivalence claim
+  (margin ``M``), the interval lies wholly outside ``(-M, M)``;
+- **equivalent**: an equivalence claim whose interval lies inside ``(-M, M)``;
+- **inconclusive**: anything else;
+- **not testable**: the grid lacks the configurations, or the design's power at ``E``,
+  computed before the run from the grid and an earlier run's variance components, is
+  below 80%. That is decided in advance, never from the test data.
 
-A finding **agrees** when all its parts are supported and **disagrees** when any part is
-contradicted: both need a significant test, so noise alone produces neither. Otherwise
-it is **not testable with this design** when its main contrast's minimal detectable effect
-(MDE, 80% power at the Holm level) exceeds the effect the literature reports, or the grid
-lacks the variants or seeds (at least 2 plateaued twins); else **inconclusive**.
-
-The p-values of the main parts of the testable findings form the primary family, Holm-
-adjusted together; the equivalence tests are at level alpha. Variants that stopped at
-the step cap (not plateaued) are left out of every confirmatory contrast. Other scorer
-comparisons are exploratory: reported apart, unadjusted, never verdicts.
+Every verdict but "inconclusive" and "not testable" needs an interval that excludes a
+value, so noise alone produces none of them. Variants that stopped at the step cap (not
+plateaued) are left out of every confirmatory contrast. Other scorer comparisons are
+exploratory: reported apart, at level alpha, never verdicts.
 
 The attention model of the length and reversal findings is ``additive`` (Bahdanau's
-RNNsearch), fixed in advance. The *reference* scorer of the exploratory comparisons and the
-study's single "best" is chosen on dev: the attention scorer with the highest mean best
-dev BLEU over the seeds every candidate has (equal seeds, matched twins).
+RNNsearch), fixed in advance. The *reference* scorer of the exploratory comparisons is
+chosen on dev: the attention scorer with the highest mean best dev BLEU over the seeds
+every candidate has (equal seeds, matched twins).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
+from pipeline.study.declarations import EFFECTS, GPU_HIDDEN_SIZE, Effect, Power, design_power
 from pipeline.study.statistics import (
     ALPHA,
     Contrast,
     ContrastEstimator,
     Estimate,
     Term,
-    holm,
-    mde,
+    bonferroni,
 )
 
-VERDICTS = ("agrees", "disagrees", "inconclusive", "not testable")
-FLAT_MARGIN = 0.10
-"""Length: the attention model counts as flat if its BLEU change from the shortest to the
-longest bucket inside the training lengths is shown (TOST) to lie within +-10% of its
-BLEU on the shortest bucket."""
-
-LITERATURE_EFFECT = {
-    "Attention": 2.0,
-    "Length": 2.0,
-    "Reversal": 2.0,
-    "Scorer": 0.2,
-    "Hidden size": 0.5,
-}
-"""The smallest effect (BLEU) each claim implies, to which the design's MDE is compared:
-attention and reversal gains of several BLEU (Bahdanau et al. 2014, Table 1; Sutskever et
-al. 2014: +4.7), a length interaction of a few BLEU (Bahdanau Fig. 2), additive over
-multiplicative by +0.2-0.7 (Britz et al. 2017, Table 6), a size effect of about half a
-BLEU (Britz et al. 2017)."""
+VERDICTS = (
+    "agrees",
+    "smaller than claimed",
+    "equivalent",
+    "disagrees",
+    "inconclusive",
+    "not testable",
+)
+LITERATURE_EFFECT = {title: effect.value for title, effect in EFFECTS.items()}
+"""Each finding's effect of interest, by title (:data:`~pipeline.study.declarations.EFFECTS`)."""
+FLAT_MARGIN = 0.10  # TEMPORARY: read by the report until it reads each part's margin
+PAPER_BASELINE_RATIO = 13.93 / 21.50
+"""Bahdanau et al. 2014, Table 1: RNNencdec-30's BLEU over RNNsearch-30's."""
 
 
 @dataclass
 class Part:
     label: str
-    claim: str  # "> 0" | "< 0" | "flat"
+    claim: str  # "> 0" | "< 0" | "equivalent"
     estimate: Estimate | None
-    margin: float = 0.0
+    effect: float | None = None  # the declared effect of interest (primary parts)
+    margin: float = 0.0  # an equivalence claim's margin
     primary: bool = True
-    p_holm: float = float("nan")
-    state: str = "undecided"  # supported | contradicted | undecided
+    p_adjusted: float = float("nan")  # Bonferroni over the family
+    state: str = "undecided"  # the verdict rule's reading of this part
 
     def summary(self) -> dict[str, Any]:
         e = self.estimate
@@ -83,18 +84,22 @@ class Part:
             "label": self.label,
             "claim": self.claim,
             "state": self.state,
+            "primary": self.primary,
+            "effect": self.effect,
             "margin": self.margin,
-            "p_holm": self.p_holm,
+            "p_adjusted": self.p_adjusted,
         }
         if e is not None:
             out.update(
                 estimate=e.estimate,
                 low=e.low,
                 high=e.high,
+                level=1 - e.alpha,
                 p=e.p,
                 mde=e.mde,
                 seeds=e.seeds,
-                per_seed={str(k): v for k, v in e.per_seed.items()},
+                per_seed={c: {str(k): v for k, v in s.items()} for c, s in e.per_seed.items()},
+                se=e.se,
                 se_seed=e.se_seed,
                 se_test=e.se_test,
                 df=e.df,
@@ -110,7 +115,11 @@ class Finding:
     parts: list[Part] = field(default_factory=list)
     verdict: str = "not testable"
     why: str = ""  # one line: what decided the verdict
-    effect: float | None = None  # smallest effect that matters (None: LITERATURE_EFFECT's)
+    answer: str = ""  # one sentence in words: what the study found
+    effect: Effect | None = None
+    power: Power | None = None
+    scale: str = "bleu"
+    notes: list[str] = field(default_factory=list)
 
     @property
     def main(self) -> Part | None:
@@ -123,6 +132,18 @@ class Finding:
             "criterion": self.criterion,
             "verdict": self.verdict,
             "why": self.why,
+            "answer": self.answer,
+            "scale": self.scale,
+            "effect_of_interest": None
+            if self.effect is None
+            else {
+                "claim": self.effect.claim,
+                "value": self.effect.value,
+                "source": self.effect.source,
+                "why": self.effect.why,
+            },
+            "design": None if self.power is None else self.power.summary(),
+            "notes": self.notes,
             "parts": [p.summary() for p in self.parts],
         }
 
@@ -160,6 +181,21 @@ class Grid:
             rows = rows[rows.plateaued]
         return {int(r.seed): str(r.variant) for r in rows.itertuples()}
 
+    def capped(self, scorer: str, reverse: bool = False, hidden: int | None = None) -> int:
+        """How many of a configuration's variants stopped before their plateau."""
+        every = self.systems(scorer, reverse, hidden, confirmatory=False)
+        return len(every) - len(self.systems(scorer, reverse, hidden))
+
+    def configurations(self) -> list[dict[int, str]]:
+        """Every configuration's plateaued ``{seed: variant}`` (the seed variance pools
+        over them)."""
+        t = self.table[self.table.plateaued]
+        keys = ["scorer", "reverse_source", "hidden_size", "rest"]
+        return [
+            {int(r.seed): str(r.variant) for r in rows.itertuples()}
+            for _, rows in t.groupby(keys, sort=True)
+        ]
+
     def sizes(self) -> list[int]:
         return sorted(int(s) for s in self.table.hidden_size.unique())
 
@@ -187,130 +223,193 @@ def choose_reference(grid: Grid) -> tuple[str | None, dict[str, float]]:
 
 # -------------------------------------------------------------------------- findings
 @dataclass(frozen=True)
+class Config:
+    """One configuration a finding compares: scorer, source order, hidden size."""
+
+    scorer: str
+    reverse: bool = False
+    hidden: int | None = None
+
+    def label(self, grid: Grid) -> str:
+        order = "rev" if self.reverse else "fwd"
+        return f"{self.scorer}-{order}-h{self.hidden or grid.hidden_size}"
+
+
+@dataclass(frozen=True)
 class Spec:
-    """One declared part: a contrast (None when the grid lacks its variants) and its claim.
-    A ``flat`` claim's margin is :data:`FLAT_MARGIN` of the BLEU of the contrast's
-    subtracted term (the shorter sentences)."""
+    """One declared part: weighted terms ``(weight, configuration, subset)`` on a scale,
+    its claim, and whether it is the finding's primary part."""
 
     label: str
-    claim: str  # "> 0" | "< 0" | "flat"
-    contrast: Contrast | None
+    claim: str
+    terms: tuple[tuple[float, Config, str], ...]
+    scale: str = "bleu"
+    primary: bool = True
 
 
-def _contrast(name: str, *terms: tuple[float, dict[int, str], str]) -> Contrast | None:
-    built = tuple(Term(w, s, subset) for w, s, subset in terms)
-    contrast = Contrast(name, built)
-    return contrast if all(t.systems for t in built) and len(contrast.seeds) >= 2 else None
+def _difference(label, claim, plus: Config, minus: Config, subset="inside", **kw) -> Spec:
+    return Spec(label, claim, ((1, plus, subset), (-1, minus, subset)), **kw)
 
 
-def _difference(name: str, plus: dict, minus: dict, subset: str, minus_subset: str = ""):
-    """``plus`` minus ``minus`` (``minus`` on ``minus_subset`` when given)."""
-    return _contrast(name, (1, plus, subset), (-1, minus, minus_subset or subset))
+def _change(label, claim, a: Config, b: Config | None, near: str, far: str, **kw) -> Spec:
+    """``a``'s score on ``far`` minus on ``near``, minus the same for ``b`` when given."""
+    terms = [(1, a, far), (-1, a, near)]
+    if b is not None:
+        terms += [(-1, b, far), (1, b, near)]
+    return Spec(label, claim, tuple(terms), **kw)
 
 
-def _interaction(name: str, a1: dict, a0: dict, b1: dict, b0: dict, s1: str, s0: str):
-    """(a1 on s1 - a0 on s0) - (b1 on s1 - b0 on s0): how much more ``a`` changes than ``b``."""
-    return _contrast(name, (1, a1, s1), (-1, a0, s0), (-1, b1, s1), (1, b0, s0))
-
+NONE, ADDITIVE, GENERAL = Config("none"), Config("additive"), Config("general")
+NONE_REV, ADDITIVE_REV = Config("none", True), Config("additive", True)
 
 ATTENTION = Finding(
     "Attention",
     "Attention (RNNsearch, additive scorer) translates better than the RNN Encoder-Decoder "
     "without it (Bahdanau et al. 2014, Table 1).",
     "additive minus none (forward source, test sentences inside the training lengths), "
-    "mean over seeds: > 0.",
+    "mean over seeds.",
 )
 LENGTH = Finding(
     "Length",
-    "Without attention (RNNencdec) BLEU falls as sentences get longer; with attention "
-    "(RNNsearch) it stays nearly flat (Bahdanau et al. 2014, Fig. 2; Cho et al. 2014).",
-    "Inside the training lengths, BLEU on {last} minus on {first} words: the no-attention "
-    "model's change minus additive's < 0 (a length x model interaction), and additive's "
-    "change flat: within +-{margin:.0%} of its BLEU on {first} words (TOST). Buckets beyond "
-    "the training cut are extrapolation: described, not tested.",
+    "Without attention (RNNencdec-30) BLEU falls beyond the sentence lengths the model "
+    "was trained on much more than with attention (RNNsearch-30) (Bahdanau et al. 2014, "
+    "Fig. 2).",
+    "On log BLEU: none's change from the test sentences inside the training lengths to "
+    "those beyond them, minus additive's (a length x model interaction; a ratio scale, "
+    "so a model with less BLEU to lose is not favoured).",
+    scale="log_bleu",
 )
 REVERSAL = Finding(
     "Reversal",
     "Reversing the source helps the model without attention (Sutskever et al. 2014: "
-    "25.9 -> 30.6 BLEU); attention makes the order matter much less.",
-    "Inside the training lengths: none reversed minus forward > 0, and that gain minus "
-    "additive's reversal gain > 0 (an order x model interaction).",
+    "25.9 -> 30.6 BLEU).",
+    "none reversed minus none forward, inside the training lengths; secondary: that gain "
+    "minus additive's (an order x model interaction).",
 )
 SCORER = Finding(
     "Scorer",
-    "Additive attention is slightly but consistently better than multiplicative (general) "
-    "attention: +0.2-0.7 BLEU (Britz et al. 2017, Table 6).",
-    "additive minus general (forward, inside the training lengths), mean over seeds: > 0.",
+    "Additive and multiplicative (general) attention score alike at an attention "
+    "dimension of 256 (Britz et al. 2017); the gap opens at larger dimensions.",
+    "additive minus general (forward, inside the training lengths), mean over seeds: equivalence.",
 )
 HIDDEN_SIZE = Finding(
     "Hidden size",
-    "Dot products grow with the dimension of queries and keys, pushing the softmax into "
-    "regions of small gradients; scaling by 1/sqrt(d) avoids it (Vaswani et al. 2017, "
-    "sec. 3.2.1). Britz et al. (2017) vary the attention dimensionality (128-1024) and "
-    "find multiplicative attention falling behind additive as it grows. Here the "
-    "attention dimension of dot and scaled_dot is the hidden size.",
-    "dot minus scaled_dot at the largest hidden size minus the same at the smallest "
-    "< 0 (a size x scaling interaction), forward, inside the training lengths.",
+    "A larger hidden size: with additive attention, a gain worth its cost; at attention "
+    "dimensions of 1024 multiplicative attention falls behind additive (Britz et al. "
+    "2017).",
+    "{criterion}",
 )
 
 
-def declare(grid: Grid, buckets: list[str], inside: str = "inside") -> list[tuple]:
-    """The primary hypotheses, as ``(Finding, [Spec, ...])``: written before any number is
-    read, from the grid alone (a fresh copy of each declared :class:`Finding`)."""
-    none_f, none_r = grid.systems("none"), grid.systems("none", reverse=True)
-    add_f, add_r = grid.systems("additive"), grid.systems("additive", reverse=True)
-    first, last = (buckets[0], buckets[-1]) if len(buckets) >= 2 else (None, None)
-    criterion = LENGTH.criterion.format(first=first, last=last, margin=FLAT_MARGIN)
-    length_specs = []
-    if first:
-        length_specs = [
-            Spec("none's fall minus additive's", "< 0",
-                 _interaction("length x model", none_f, none_f, add_f, add_f, last, first)),
-            Spec("additive's change", "flat",
-                 _difference("additive length change", add_f, add_f, last, first)),
-        ]  # fmt: skip
-    sizes, size_specs = grid.sizes(), []
+def declare(grid: Grid) -> list[tuple[Finding, list[Spec]]]:
+    """The study's findings and their parts, from the grid alone (before any number)."""
+    sizes = grid.sizes()
+    findings = [
+        (ATTENTION, [_difference("additive - none", "> 0", ADDITIVE, NONE)]),
+        (
+            LENGTH,
+            [
+                _change(
+                    "none's change minus additive's",
+                    "< 0",
+                    NONE,
+                    ADDITIVE,
+                    "inside",
+                    "beyond",
+                    scale="log_bleu",
+                ),
+                _change(
+                    "additive's change",
+                    "< 0",
+                    ADDITIVE,
+                    None,
+                    "inside",
+                    "beyond",
+                    scale="log_bleu",
+                    primary=False,
+                ),
+            ],
+        ),
+        (
+            REVERSAL,
+            [
+                _difference("none reversed - forward", "> 0", NONE_REV, NONE),
+                _change(
+                    "none's reversal gain minus additive's",
+                    "> 0",
+                    NONE_REV,
+                    ADDITIVE_REV,
+                    "inside",
+                    "inside",
+                    primary=False,
+                ),
+            ],
+        ),
+        (SCORER, [_difference("additive - general", "equivalent", ADDITIVE, GENERAL)]),
+    ]
+    size_specs, criterion = [], "two hidden sizes in the grid"
     if len(sizes) >= 2:
         small, large = sizes[0], sizes[-1]
-        dot = {h: grid.systems("dot", hidden=h) for h in (small, large)}
-        scaled = {h: grid.systems("scaled_dot", hidden=h) for h in (small, large)}
-        size_specs = [
-            Spec("(dot - scaled_dot) large minus small", "< 0",
-                 _interaction("size x scaling", dot[large], scaled[large], dot[small],
-                              scaled[small], inside, inside)),
-        ]  # fmt: skip
-    return [
-        (replace(ATTENTION, parts=[]), [Spec("additive - none", "> 0",
-                                   _difference("attention", add_f, none_f, inside))]),
-        (replace(LENGTH, criterion=criterion, parts=[]), length_specs),
-        (replace(REVERSAL, parts=[]), [
-            Spec("none's reversal gain minus additive's", "> 0",
-                 _interaction("order x model", none_r, none_f, add_r, add_f, inside, inside)),
-            Spec("none's reversal gain", "> 0",
-                 _difference("none reversal gain", none_r, none_f, inside)),
-        ]),
-        (replace(SCORER, parts=[]), [Spec("additive - general", "> 0",
-                                _difference("additive vs general", add_f,
-                                            grid.systems("general"), inside))]),
-        (replace(HIDDEN_SIZE, parts=[]), size_specs),
-    ]  # fmt: skip
+        if large >= 1024:  # Britz et al.'s test, where the grid reaches their dimensions
+            base = 256 if 256 in sizes else small
+            criterion = (
+                f"(additive - general) at h{large} minus the same at h{base}, "
+                "inside the training lengths"
+            )
+            size_specs = [
+                Spec(
+                    "(additive - general) large minus small",
+                    "> 0",
+                    (
+                        (1, Config("additive", hidden=large), "inside"),
+                        (-1, Config("general", hidden=large), "inside"),
+                        (-1, Config("additive", hidden=base), "inside"),
+                        (1, Config("general", hidden=base), "inside"),
+                    ),
+                )
+            ]
+        else:
+            criterion = (
+                f"additive at h{large} minus additive at h{small}, inside the training lengths"
+            )
+            size_specs = [
+                _difference(
+                    f"additive h{large} - h{small}",
+                    "> 0",
+                    Config("additive", hidden=large),
+                    Config("additive", hidden=small),
+                )
+            ]
+    hidden = Finding(HIDDEN_SIZE.title, HIDDEN_SIZE.literature, criterion)
+    findings.append((hidden, size_specs))
+    return [(_fresh(f), specs) for f, specs in findings]
 
 
-def declare_comparisons(grid: Grid, comparisons) -> list[tuple]:
+def _fresh(finding: Finding) -> Finding:
+    return Finding(finding.title, finding.literature, finding.criterion, scale=finding.scale)
+
+
+def _effect(finding: Finding, specs: list[Spec]) -> Effect | None:
+    if finding.title == "Hidden size" and specs and len(specs[0].terms) == 4:
+        return GPU_HIDDEN_SIZE
+    return EFFECTS.get(finding.title)
+
+
+def declare_comparisons(comparisons) -> list[tuple[Finding, list[Spec], Effect]]:
     """The user's comparisons (``evaluate.comparisons``) as declared findings."""
     declared = []
     for c in comparisons:
+        claim = c.claim
         finding = Finding(
             c.name,
             c.source or "declared in params (evaluate.comparisons)",
-            f"{_describe(c.plus)} minus {_describe(c.minus)} ({c.subset}), mean over seeds: "
-            f"{c.claim}.",
-            effect=c.effect,
+            f"{_describe(c.plus)} minus {_describe(c.minus)} ({c.subset}), mean over seeds.",
         )
-        plus, minus = (grid.systems(s.scorer, s.reverse_source, s.hidden_size)
-                       for s in (c.plus, c.minus))  # fmt: skip
-        contrast = _difference(c.name, plus, minus, c.subset)
-        declared.append((finding, [Spec(f"{c.plus.scorer} - {c.minus.scorer}", c.claim, contrast)]))
+        value = -c.effect if claim == "< 0" else c.effect
+        effect = Effect(claim, value, "bleu", c.source or "", "declared in params")
+        plus, minus = (Config(s.scorer, s.reverse_source, s.hidden_size) for s in (c.plus, c.minus))
+        spec = _difference(f"{c.plus.scorer} - {c.minus.scorer}", claim, plus, minus, c.subset)
+        declared.append((finding, [spec], effect))
     return declared
 
 
@@ -320,88 +419,186 @@ def _describe(selector) -> str:
     return f"{selector.scorer} ({order}{size})"
 
 
+def _contrast(spec: Spec, grid: Grid) -> tuple[Contrast | None, str]:
+    """The contrast of ``spec`` over the grid's plateaued variants, or None and why."""
+    terms, missing, capped = [], [], []
+    for weight, config, subset in spec.terms:
+        systems = grid.systems(config.scorer, config.reverse, config.hidden)
+        if grid.capped(config.scorer, config.reverse, config.hidden):
+            capped.append(config.label(grid))
+        if len(systems) < 2:
+            missing.append(config.label(grid))
+        terms.append(Term(weight, systems, subset))
+    if missing:
+        missing = sorted(set(missing))
+        if capped:
+            return None, (
+                f"its variants stopped at the step cap (train.max_steps) before "
+                f"their plateau: {', '.join(sorted(set(capped)))}"
+            )
+        return None, f"the grid lacks 2 plateaued seeds of {', '.join(missing)}"
+    return Contrast(spec.label, tuple(terms), spec.scale), ""
+
+
 def judge(
     estimator: ContrastEstimator,
     grid: Grid,
-    buckets: list[str],
+    available: set[str] | None = None,
     alpha: float = ALPHA,
     comparisons=(),
 ) -> list[Finding]:
-    """Estimate every declared part (the study's findings, then ``comparisons`` from
-    params), Holm over the main parts, and give each verdict."""
-    declared = declare(grid, buckets) + declare_comparisons(grid, comparisons)
-    findings = []
-    for finding, specs in declared:
+    """Declare every finding (the study's, then ``comparisons`` from params), compute each
+    one's a-priori power, estimate the parts, and give each verdict. ``available`` names
+    the sentence subsets the test set has (a part on a missing one is not testable)."""
+    declared = [(f, specs, _effect(f, specs)) for f, specs in declare(grid)]
+    declared += declare_comparisons(comparisons)
+    planned = []  # (finding, spec, contrast or None, why)
+    for finding, specs, effect in declared:
+        finding.effect = effect
         for spec in specs:
-            contrast = spec.contrast
-            estimate = estimator.estimate(contrast, alpha) if contrast is not None else None
-            margin = 0.0
-            if spec.claim == "flat" and estimate is not None:
-                base = contrast.terms[1]  # the subtracted term: BLEU on the shorter sentences
-                scores = [estimator.score(base.systems[s], base.subset) for s in contrast.seeds]
-                margin = FLAT_MARGIN * float(np.mean(scores))
-            primary = spec.claim != "flat"
-            finding.parts.append(Part(spec.label, spec.claim, estimate, margin, primary=primary))
-        findings.append(finding)
-    primary = [p for f in findings for p in f.parts if p.primary and p.estimate is not None]
-    for part, adjusted in zip(primary, holm([p.estimate.p for p in primary])):
-        part.p_holm = adjusted
-    levels = max(len(primary), 1)
-    for part in primary:  # the MDE of a primary test is at the level Holm can reach
-        part.estimate.mde = mde(part.estimate.se, part.estimate.df, alpha / levels)
+            contrast, why = _contrast(spec, grid)
+            absent = sorted(
+                {s for *_, s in spec.terms} - (available or {s for *_, s in spec.terms})
+            )
+            if contrast is not None and absent:
+                contrast, why = None, f"the test set has no sentences {', '.join(absent)}"
+            planned.append((finding, spec, contrast, why))
+    family = sum(1 for _, spec, contrast, _ in planned if spec.primary and contrast is not None)
+    seed_df = sum(len(c) - 1 for c in grid.configurations())
+    level = alpha / max(family, 1)
+    for finding, spec, contrast, why in planned:
+        if contrast is None:
+            if spec.primary:
+                finding.why = why
+            continue
+        primary_level = level if spec.primary else alpha
+        estimate = estimator.estimate(contrast, primary_level)
+        effect = finding.effect
+        part = Part(spec.label, spec.claim, estimate, primary=spec.primary)
+        if spec.primary and effect is not None:
+            part.effect = effect.value if effect.claim != "equivalent" else None
+            part.margin = effect.value if effect.claim == "equivalent" else 0.0
+            seeds = {
+                c.label(grid): len(t.systems) for (_, c, _), t in zip(spec.terms, contrast.terms)
+            }
+            # the terms of one configuration are paired (one measure each): weight 1
+            weights = dict.fromkeys(seeds, 1.0)
+            finding.power = design_power(finding.title, effect, weights, seeds, family, seed_df)
+        finding.parts.append(part)
+    primary = [p for f in (d[0] for d in declared) for p in f.parts if p.primary]
+    for part, adjusted in zip(primary, bonferroni([p.estimate.p for p in primary])):
+        part.p_adjusted = adjusted
+    findings = [d[0] for d in declared]
     for finding in findings:
-        _decide(finding, alpha)
+        _decide(finding)
     return findings
 
 
-def _state(part: Part, alpha: float) -> str:
+def _state(part: Part) -> str:
+    """The verdict rule's reading of one part's interval."""
     e = part.estimate
-    if e is None:
-        return "undecided"
-    if part.claim == "flat":
-        if e.tost(part.margin) < alpha:
-            return "supported"
-        outside = min(
-            scipy_stats.t.sf((e.estimate - part.margin) / e.se, e.df),
-            scipy_stats.t.cdf((e.estimate + part.margin) / e.se, e.df),
-        )
-        return "contradicted" if e.se > 0 and outside < alpha else "undecided"
-    if not part.p_holm < alpha:
-        return "undecided"
-    positive = e.estimate > 0
-    return "supported" if positive == (part.claim == "> 0") else "contradicted"
+    if part.claim == "equivalent":
+        m = part.margin
+        if -m < e.low and e.high < m:
+            return "equivalent"
+        if e.low > m or e.high < -m:
+            return "disagrees"
+        return "inconclusive"
+    sign = 1.0 if part.claim == "> 0" else -1.0
+    low, high = sorted((sign * e.low, sign * e.high))
+    if high < 0:
+        return "disagrees"
+    effect = abs(part.effect) if part.effect is not None else 0.0
+    if low > 0 and high >= effect:
+        return "agrees"
+    if part.effect is not None and high < effect:
+        return "smaller than claimed"
+    return "inconclusive"
 
 
-def _decide(finding: Finding, alpha: float) -> None:
+def _decide(finding: Finding) -> None:
     for part in finding.parts:
-        part.state = _state(part, alpha)
+        part.state = _state(part)
     main = finding.main
-    if main is None or main.estimate is None:
+    if main is None or not main.primary:
         finding.verdict = "not testable"
-        finding.why = "the grid lacks the variants or seeds (at least 2 plateaued twins)"
-        return
-    states = [p.state for p in finding.parts]
-    if "contradicted" in states:
-        finding.verdict = "disagrees"
-        finding.why = "; ".join(
-            f"{p.label} contradicts the claim" for p in finding.parts if p.state == "contradicted"
+        finding.why = (
+            finding.why or "the grid lacks the variants or seeds (at least 2 plateaued twins)"
         )
+        finding.answer = f"{finding.title}: not testable here ({finding.why})."
         return
-    if all(s == "supported" for s in states):
-        finding.verdict, finding.why = "agrees", "every part supported"
-        return
-    holm_mde = main.estimate.mde
-    effect = (
-        finding.effect if finding.effect is not None else LITERATURE_EFFECT.get(finding.title, 0.0)
-    )
-    if main.state == "undecided" and holm_mde > effect:
+    e, power = main.estimate, finding.power
+    if power is not None and not power.testable:
         finding.verdict = "not testable"
-        finding.why = f"MDE {holm_mde:.2f} BLEU at the Holm level exceeds the {effect:g} BLEU " + (
-            "the literature reports" if finding.effect is None else "declared in params"
+        more = (
+            f"{power.seeds_needed} seeds per configuration would give 80%"
+            if power.seeds_needed
+            else "more than 50 seeds per configuration would be needed"
         )
-        return
-    finding.verdict = "inconclusive"
-    finding.why = "; ".join(f"{p.label}: {p.state}" for p in finding.parts)
+        finding.why = (
+            f"the design's power at the declared {finding.effect.describe()} is "
+            f"{power.power:.0%} (computed before the run; {more})"
+        )
+    else:
+        finding.verdict = main.state
+        finding.why = _why(main)
+    finding.answer = _answer(finding, main, e)
+
+
+def _why(part: Part) -> str:
+    e = part.estimate
+    ci = f"{e.estimate:+.2f} [{e.low:+.2f}, {e.high:+.2f}] at {1 - e.alpha:.1%}"
+    if part.claim == "equivalent":
+        reasons = {
+            "equivalent": f"inside +-{part.margin:g}",
+            "disagrees": f"wholly outside +-{part.margin:g}",
+            "inconclusive": f"neither inside +-{part.margin:g} nor wholly outside it",
+        }
+        return f"{ci}: {reasons[part.state]}"
+    declared = f"the declared {part.effect:+g}" if part.effect is not None else "no size"
+    reasons = {
+        "agrees": f"excludes 0 and is not wholly below {declared}",
+        "smaller than claimed": f"wholly below {declared}",
+        "disagrees": "wholly on the other side of 0",
+        "inconclusive": f"includes 0 and reaches {declared}",
+    }
+    return f"{ci}: {reasons[part.state]}"
+
+
+def _answer(finding: Finding, main: Part, e: Estimate) -> str:
+    unit = "log BLEU" if finding.scale == "log_bleu" else "BLEU"
+    measured = f"{main.label} {e.estimate:+.2f} {unit} [{e.low:+.2f}, {e.high:+.2f}]"
+    declared = finding.effect.describe() if finding.effect else ""
+    verdict = finding.verdict
+    if verdict == "not testable":
+        return f"{finding.title}: not testable with this design ({measured}; declared {declared})."
+    if verdict == "agrees":
+        return f"{finding.title}: agrees with the literature ({measured}; declared {declared})."
+    if verdict == "smaller than claimed":
+        sign = 1.0 if main.claim == "> 0" else -1.0
+        shown = (
+            "an effect in the claimed direction, but"
+            if min(sign * e.low, sign * e.high) > 0
+            else "no effect shown, and"
+        )
+        return f"{finding.title}: {shown} smaller than claimed ({measured}; declared {declared})."
+    if verdict == "equivalent":
+        return f"{finding.title}: equivalent within +-{main.margin:g} {unit} ({measured})."
+    if verdict == "disagrees":
+        return f"{finding.title}: disagrees with the literature ({measured}; declared {declared})."
+    return f"{finding.title}: inconclusive ({measured}; declared {declared})."
+
+
+def baseline_ratio(
+    estimator: ContrastEstimator, grid: Grid, subset: str = "inside"
+) -> float | None:
+    """none's mean BLEU over additive's (forward, findings size), to set beside the
+    paper's RNNencdec-30 / RNNsearch-30 ratio (:data:`PAPER_BASELINE_RATIO`)."""
+    none, additive = grid.systems("none"), grid.systems("additive")
+    if not none or not additive:
+        return None
+    mean = lambda systems: np.mean([estimator.score(v, subset) for v in systems.values()])  # noqa: E731
+    return float(mean(none) / mean(additive)) if mean(additive) > 0 else None
 
 
 # ----------------------------------------------------------------------- exploratory
@@ -409,7 +606,8 @@ def exploratory(
     estimator: ContrastEstimator, grid: Grid, reference: str | None, inside: str = "inside"
 ) -> list[dict[str, Any]]:
     """Each attention scorer minus the reference and minus none (forward, findings size;
-    unadjusted, seeds as available: one seed covers test sampling only)."""
+    unadjusted, seeds as available: a configuration of one seed borrows the pooled seed
+    variance)."""
     rows = []
     scorers = [s for s in dict.fromkeys(grid.table.scorer) if s != "none"]
     for scorer in scorers:
@@ -422,7 +620,7 @@ def exploratory(
                 f"{scorer} - {other}", (Term(1, mine, inside), Term(-1, theirs, inside))
             )
             if not contrast.seeds:
-                continue
+                continue  # a configuration without variants
             e = estimator.estimate(contrast)
             rows.append({"comparison": label, "name": contrast.name, **_estimate_row(e)})
     return rows
@@ -435,7 +633,7 @@ def ranking(
     subsets: tuple[str, ...] = ("inside", "all"),
 ) -> pd.DataFrame:
     """Scorers at the findings' size, forward, by mean test BLEU over seeds, with intervals
-    covering seeds and sentences (one seed: test sampling only)."""
+    covering seeds (pooled) and sentences."""
     rows = []
     for scorer in dict.fromkeys(grid.table.scorer):
         systems = grid.systems(scorer, confirmatory=False)
@@ -450,7 +648,7 @@ def ranking(
         }
         for subset in subsets:
             e = estimator.estimate(Contrast(scorer, (Term(1, systems, subset),)))
-            seeds = {str(k): round(v, 3) for k, v in e.per_seed.items()}
+            seeds = {str(k): round(v, 3) for k, v in next(iter(e.per_seed.values())).items()}
             row.update(
                 {
                     f"bleu_{subset}": e.estimate,
@@ -470,7 +668,9 @@ def ranking(
 
 def _estimate_row(e: Estimate) -> dict[str, Any]:
     row = {k: v for k, v in asdict(e).items() if k not in ("name", "per_seed", "extra")}
-    row["per_seed"] = json.dumps({str(k): round(v, 3) for k, v in e.per_seed.items()})
+    row["per_seed"] = json.dumps(
+        {c: {str(k): round(v, 3) for k, v in s.items()} for c, s in e.per_seed.items()}
+    )
     return row
 
 
@@ -483,12 +683,13 @@ def comparisons_table(findings: list[Finding], explore: list[dict[str, Any]]) ->
                 continue
             rows.append(
                 {
-                    "family": "primary" if p.primary else "equivalence",
+                    "family": "primary" if p.primary else "secondary",
                     "finding": f.title,
                     "comparison": p.label,
                     "claim": p.claim,
                     "state": p.state,
-                    "p_holm": p.p_holm,
+                    "p_adjusted": p.p_adjusted,
+                    "effect": p.effect,
                     "margin": p.margin,
                     **_estimate_row(p.estimate),
                 }

@@ -1,24 +1,37 @@
-"""Seed-aware statistics: paired differences whose intervals cover training seeds and
-test sentences, equivalence (TOST) and interaction tests, and each design's minimal
-detectable effect (Holm's adjustment: :func:`holm`).
+"""Seed-aware statistics: contrasts of configurations whose intervals cover training seeds
+and test sentences, with the seed variance pooled across configurations; equivalence;
+a-priori power and each design's minimal detectable effect.
 
-The estimand of a comparison is a *contrast*: per seed ``s``, a weighted sum of corpus
-BLEU scores ``D_s = sum_j w_j * BLEU(system_j,s on sentences S_j)``, e.g. additive minus
-none on all test sentences inside the training lengths, or (none's BLEU on 21-30 words
-minus on 1-10 words) minus the same for additive (a length x model interaction). Systems
-of one seed are twins: they share every setting but the one compared.
+The estimand of a contrast is a weighted sum of configurations' expected scores,
+``D = sum_j w_j * E_s[f(score(configuration_j, seed s, on subset S_j))]``, e.g. additive
+minus none on the test sentences inside the training lengths, or (none's log BLEU beyond
+the training lengths minus inside them) minus the same for additive (a length x model
+interaction). ``f`` is the contrast's scale: BLEU, or log BLEU (a ratio scale, on which a
+fall from 10 to 8 is as large as one from 25 to 20). A configuration is one set of
+settings trained with several seeds; seeds of *different* configurations are independent
+draws (seed 1 of one architecture has nothing in common with seed 1 of another), so
+configurations enter unpaired, and terms of one configuration are paired (same model).
 
-Two sources of variance enter the interval (a two-level design, as in a mixed model with
-a random seed effect and resampled sentences):
+Two sources of variance (a two-level design: a random seed effect, sentences sampled):
 
-- training: the spread of ``D_s`` between seeds, ``var(D_s) / k`` for ``k`` seeds;
-- test sampling: a paired bootstrap over sentences, stratified by length bucket (the test
-  set is drawn per bucket), of the seed mean, with the same resamples for every system.
+- **training**: each configuration ``c`` contributes ``w_c^2 * sigma_u^2 / k_c`` for its
+  ``k_c`` seeds. ``sigma_u^2``, the pure seed variance, is pooled over every configuration
+  of the grid with at least two seeds: the residual variance of a one-way model of the
+  per-seed values on the configuration (statsmodels OLS, ``z ~ C(configuration)``),
+  whose residual degrees of freedom are the seed part's. Between-seed variance measured on
+  a *fixed* test set also holds the seed x sentence interaction, which the bootstrap of
+  the seed mean counts already; it is estimated from the bootstrap (per-seed versus
+  seed-mean variance) and taken out, so nothing is counted twice.
+- **test sampling**: a paired bootstrap over sentences of the seed means, stratified by
+  length bucket (the test set is drawn per bucket) and, when the test sentences carry
+  cluster ids (chapters), resampling whole clusters, with the same resamples for every
+  system.
 
-The mean's standard error is the root of their sum; its degrees of freedom follow
-Welch-Satterthwaite (``k - 1`` when the seeds dominate), and intervals, p-values, TOST
-and the minimal detectable effect (80% power) use Student's t with them. With one seed
-the training variance cannot be estimated: such a contrast is exploratory and says so.
+The standard error is the root of the two parts' sum; its degrees of freedom follow
+Welch-Satterthwaite from the pooled seed part's. Intervals, p-values, equivalence, the
+minimal detectable effect and the a-priori power use Student's t with them. A
+configuration with one seed borrows the pooled seed variance; with no configuration of
+two seeds there is none to borrow, and the contrast says so (``se_seed`` 0, exploratory).
 
 Corpus BLEU is recomputed from sacreBLEU's own sentence statistics (n-gram matches and
 totals, lengths), summed over a resample, exactly as ``sacrebleu.metrics.BLEU`` scores a
@@ -31,16 +44,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
+import statsmodels.formula.api as smf
 from scipy import stats as scipy_stats
-from statsmodels.stats.multitest import multipletests
 
 ALPHA = 0.05
-"""Family-wise error rate of the primary hypotheses (Holm), and the level of each
-exploratory test and equivalence test."""
+"""Family-wise error rate of the primary tests (Bonferroni: each primary interval is at
+``1 - ALPHA / m`` for a family of ``m``), and the level of each exploratory interval."""
 POWER = 0.80
 """Power at which the minimal detectable effect is stated."""
 NGRAMS = 4
 STATS_WIDTH = 2 + 2 * NGRAMS  # hyp_len, ref_len, correct_1..4, total_1..4 (sacreBLEU's order)
+SCALES = ("bleu", "log_bleu")
+"""What a contrast's terms are summed on: BLEU points, or the natural log of BLEU."""
+LOG_FLOOR = 0.1
+"""BLEU below this is taken as this before the log (a resample with no match has BLEU 0)."""
 
 
 # ------------------------------------------------------------------------------ BLEU
@@ -83,8 +101,8 @@ def corpus_bleu(stats: np.ndarray, rows: np.ndarray | None = None) -> float:
 # -------------------------------------------------------------------------- contrasts
 @dataclass(frozen=True)
 class Term:
-    """One weighted corpus score of a contrast: ``weight * metric(system on subset)``,
-    with ``systems`` the variant of each seed (the same seeds in every term)."""
+    """One weighted score of a contrast: ``weight * f(metric(system on subset))``, with
+    ``systems`` one configuration's variant of each seed."""
 
     weight: float
     systems: dict[int, str]  # seed -> variant id
@@ -95,33 +113,59 @@ class Term:
 class Contrast:
     name: str
     terms: tuple[Term, ...]
+    scale: str = "bleu"  # one of SCALES
+
+    def configurations(self) -> list[tuple[dict[int, str], tuple[tuple[float, str], ...]]]:
+        """Each configuration (terms with the same systems are one configuration's,
+        paired: the same models) with its ``(weight, subset)`` terms."""
+        groups: dict[tuple, tuple[dict[int, str], list[tuple[float, str]]]] = {}
+        for term in self.terms:
+            key = tuple(sorted(term.systems.items()))
+            groups.setdefault(key, (term.systems, []))[1].append((term.weight, term.subset))
+        return [(systems, tuple(terms)) for systems, terms in groups.values()]
 
     @property
-    def seeds(self) -> list[int]:
-        common = set.intersection(*(set(t.systems) for t in self.terms))
-        return sorted(common)
+    def seeds(self) -> int:
+        """The fewest seeds of any configuration (0 when one has none)."""
+        return min((len(systems) for systems, _ in self.configurations()), default=0)
 
 
 @dataclass
 class Estimate:
-    """A contrast's estimate: mean over seeds, its interval and tests."""
+    """A contrast's estimate: the sum of its configurations' seed means, its interval and
+    tests."""
 
     name: str
     estimate: float
-    per_seed: dict[int, float]
+    per_seed: dict[str, dict[int, float]]  # configuration -> seed -> its part of the contrast
     se: float
-    se_seed: float  # training part of the standard error (0 with one seed)
+    se_seed: float  # training part of the standard error (pooled seed variance)
     se_test: float  # test-sampling part
     df: float
     low: float
     high: float
     p: float  # two-sided, H0: contrast = 0
     mde: float  # minimal detectable effect at POWER, two-sided at the level it is tested
-    seeds: int
+    seeds: int  # the fewest seeds of a configuration
+    alpha: float = ALPHA  # the interval is at 1 - alpha
     extra: dict = field(default_factory=dict)
 
     def t_quantile(self, q: float) -> float:
         return float(scipy_stats.t.ppf(q, self.df))
+
+    def at_level(self, alpha: float) -> Estimate:
+        """The same estimate with its interval and MDE at ``1 - alpha``."""
+        return _finish(
+            self.name,
+            self.estimate,
+            self.per_seed,
+            self.se_seed,
+            self.se_test,
+            self.df,
+            self.seeds,
+            alpha,
+            self.extra,
+        )
 
     def tost(self, margin: float) -> float:
         """Equivalence p-value (two one-sided tests) that the contrast lies in
@@ -134,19 +178,48 @@ class Estimate:
 
 
 class Resampler:
-    """Paired, length-stratified bootstrap replicates of the test set, shared by every
-    system and contrast: row ``b`` of :attr:`weights` counts how often each sentence is
-    drawn in replicate ``b`` (each stratum keeps its size)."""
+    """Paired bootstrap replicates of the test set, shared by every system and contrast:
+    row ``b`` of :attr:`weights` counts how often each sentence is drawn in replicate
+    ``b``. Resampling is stratified (each length stratum keeps its size) and, given
+    ``clusters`` (a cluster id per sentence, e.g. its chapter), draws whole clusters
+    within each stratum, so sentences that share a passage are not counted as independent."""
 
-    def __init__(self, strata: np.ndarray, replicates: int, seed: int):
+    def __init__(
+        self,
+        strata: np.ndarray,
+        replicates: int,
+        seed: int,
+        clusters: Sequence | None = None,
+    ):
         strata = np.asarray(strata)
         rng = np.random.default_rng(seed)
         weights = np.zeros((replicates, len(strata)), dtype=np.float32)
         for stratum in np.unique(strata):
             rows = np.flatnonzero(strata == stratum)
-            draws = rng.multinomial(len(rows), np.full(len(rows), 1 / len(rows)), replicates)
-            weights[:, rows] = draws
+            if clusters is None:
+                units, inverse = rows, np.arange(len(rows))
+            else:
+                units, inverse = np.unique(np.asarray(clusters)[rows], return_inverse=True)
+            draws = rng.multinomial(len(units), np.full(len(units), 1 / len(units)), replicates)
+            weights[:, rows] = draws[:, inverse]
         self.weights = weights
+        self.clustered = clusters is not None
+
+
+@dataclass(frozen=True)
+class SeedVariance:
+    """The seed variance of one measure (a configuration's weighted terms on a scale),
+    pooled over configurations: ``between`` on the fixed test set, ``interaction`` its
+    seed x sentence part (also in the bootstrap), ``pure = between - interaction``."""
+
+    between: float
+    interaction: float
+    df: float
+    configurations: int
+
+    @property
+    def pure(self) -> float:
+        return max(self.between - self.interaction, 0.0)
 
 
 class ContrastEstimator:
@@ -154,7 +227,9 @@ class ContrastEstimator:
 
     ``subsets`` maps a subset name to the rows of the test set it holds; ``metric`` turns
     summed statistics ``(..., width)`` into scores (BLEU by default; the tests use a mean
-    to check coverage against a known effect)."""
+    to check coverage against a known effect). ``configurations`` (each ``{seed:
+    variant}``) are the grid's, over which seed variance is pooled; by default a
+    contrast's own."""
 
     def __init__(
         self,
@@ -162,10 +237,13 @@ class ContrastEstimator:
         subsets: dict[str, np.ndarray],
         resampler: Resampler,
         metric: Callable[[np.ndarray], np.ndarray] = bleu_from_stats,
+        configurations: Sequence[dict[int, str]] = (),
     ):
         self.stats, self.subsets, self.metric = stats, subsets, metric
         self.weights = resampler.weights
+        self.configurations = [dict(c) for c in configurations if c]
         self._cache: dict[tuple[str, str], tuple[float, np.ndarray]] = {}
+        self._pooled: dict[tuple, SeedVariance | None] = {}
 
     def score(self, system: str, subset: str) -> float:
         """The point score of one system on one subset."""
@@ -182,39 +260,112 @@ class ContrastEstimator:
             self._cache[key] = (point, np.asarray(replicates, dtype=np.float64))
         return self._cache[key]
 
+    def _measure(self, variant: str, terms, scale: str) -> tuple[float, np.ndarray]:
+        """One system's ``sum w * f(score)`` over ``terms``, point and replicates."""
+        point, replicates = 0.0, np.zeros(len(self.weights))
+        for weight, subset in terms:
+            value, boot = self._score(variant, subset)
+            point += weight * float(_on_scale(np.float64(value), scale))
+            replicates = replicates + weight * _on_scale(boot, scale)
+        return point, replicates
+
+    def seed_variance(self, terms, scale: str, fallback=()) -> SeedVariance | None:
+        """Seed variance of the measure ``terms`` (weights normalised to a first weight of
+        1), pooled over the configurations with two seeds or more (the grid's, else
+        ``fallback``): the residual variance of ``z ~ C(configuration)``."""
+        first = terms[0][0]
+        shape = tuple((round(w / first, 12), s) for w, s in terms)
+        key = (shape, scale, tuple(tuple(sorted(c.items())) for c in fallback))
+        if key in self._pooled:
+            return self._pooled[key]
+        rows, interaction, weights = [], [], []
+        for index, systems in enumerate(self.configurations or [dict(c) for c in fallback]):
+            if len(systems) < 2 or any(v not in self.stats for v in systems.values()):
+                continue
+            measured = [self._measure(systems[s], shape, scale) for s in sorted(systems)]
+            points = np.array([m[0] for m in measured])
+            replicates = np.stack([m[1] for m in measured])
+            k = len(points)
+            per_seed = float(replicates.var(axis=1, ddof=1).mean())
+            of_mean = float(replicates.mean(axis=0).var(ddof=1))
+            interaction.append(max(per_seed - of_mean, 0.0) * k / (k - 1))
+            weights.append(k - 1)
+            rows += [{"configuration": f"c{index}", "z": float(p)} for p in points]
+        if not rows:
+            self._pooled[key] = None
+            return None
+        table = pd.DataFrame(rows)
+        formula = "z ~ C(configuration)" if table.configuration.nunique() > 1 else "z ~ 1"
+        fit = smf.ols(formula, data=table).fit()
+        result = SeedVariance(
+            float(fit.scale),
+            float(np.average(interaction, weights=weights)),
+            float(fit.df_resid),
+            len(weights),
+        )
+        self._pooled[key] = result
+        return result
+
     def estimate(self, contrast: Contrast, alpha: float = ALPHA) -> Estimate:
-        seeds = contrast.seeds
-        if not seeds:
-            raise ValueError(f"{contrast.name}: its terms share no seed")
-        per_seed, replicates = {}, np.zeros(len(self.weights))
-        for seed in seeds:
-            value = 0.0
-            for term in contrast.terms:
-                point, boot = self._score(term.systems[seed], term.subset)
-                value += term.weight * point
-                replicates += term.weight * boot / len(seeds)
-            per_seed[seed] = value
-        values = np.array([per_seed[s] for s in seeds])
-        k, mean = len(values), float(values.mean())
-        var_seed = float(values.var(ddof=1) / k) if k > 1 else 0.0
-        var_test = float(replicates.var(ddof=1))
+        configurations = contrast.configurations()
+        if not configurations or any(not systems for systems, _ in configurations):
+            raise ValueError(f"{contrast.name}: a configuration has no variant")
+        fallback = [systems for systems, _ in configurations]
+        total, replicates, var_seed, dfs, per_seed = 0.0, 0.0, 0.0, [], {}
+        for systems, terms in configurations:
+            measured = {
+                s: self._measure(systems[s], terms, contrast.scale) for s in sorted(systems)
+            }
+            k = len(measured)
+            total += float(np.mean([m[0] for m in measured.values()]))
+            replicates = replicates + np.mean([m[1] for m in measured.values()], axis=0)
+            per_seed[_label(systems)] = {s: m[0] for s, m in measured.items()}
+            pooled = self.seed_variance(terms, contrast.scale, fallback)
+            if pooled is not None and pooled.df > 0:
+                var_seed += terms[0][0] ** 2 * pooled.pure / k
+                dfs.append(pooled.df)
+        var_test = float(np.var(replicates, ddof=1))
         variance = var_seed + var_test
-        se = float(np.sqrt(variance))
-        # Welch-Satterthwaite: k - 1 for the seeds' part, ~infinite for the test's; with one
-        # seed there is no training variance to estimate (the contrast is flagged as such)
-        df = variance**2 / (var_seed**2 / (k - 1)) if k > 1 and var_seed > 0 else 1e6
+        df_seed = min(dfs) if dfs else 0.0
+        # Welch-Satterthwaite: the pooled seed part's df, ~infinite for the test part's
+        df = variance**2 / (var_seed**2 / df_seed) if var_seed > 0 and df_seed > 0 else 1e6
+        extra = {"seed_df": df_seed, "no_seed_variance": not dfs}
         return _finish(
-            contrast.name, mean, per_seed, se, np.sqrt(var_seed), np.sqrt(var_test), df, k, alpha
+            contrast.name,
+            total,
+            per_seed,
+            np.sqrt(var_seed),
+            np.sqrt(var_test),
+            df,
+            contrast.seeds,
+            alpha,
+            extra,
         )
 
 
-def _finish(name, mean, per_seed, se, se_seed, se_test, df, k, alpha) -> Estimate:
+def _on_scale(value: np.ndarray, scale: str) -> np.ndarray:
+    if scale == "log_bleu":
+        return np.log(np.maximum(value, LOG_FLOOR))
+    if scale != "bleu":
+        raise ValueError(f"unknown scale {scale!r} (one of {SCALES})")
+    return value
+
+
+def _label(systems: dict[int, str]) -> str:
+    """A configuration's name: its first variant's id without the seed suffix."""
+    first = systems[min(systems)]
+    head, _, tail = first.rpartition("-s")
+    return head if head and tail.isdigit() else first
+
+
+def _finish(name, mean, per_seed, se_seed, se_test, df, k, alpha, extra=None) -> Estimate:
     t = scipy_stats.t
+    se = float(np.sqrt(se_seed**2 + se_test**2))
     half = float(t.ppf(1 - alpha / 2, df) * se)
     p = float(2 * t.sf(abs(mean) / se, df)) if se > 0 else float(mean == 0)
     return Estimate(
         name,
-        mean,
+        float(mean),
         per_seed,
         se,
         float(se_seed),
@@ -225,9 +376,12 @@ def _finish(name, mean, per_seed, se, se_seed, se_test, df, k, alpha) -> Estimat
         p,
         mde(se, df, alpha),
         k,
+        alpha,
+        dict(extra or {}),
     )
 
 
+# ---------------------------------------------------------------------- design power
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """Smallest true effect a two-sided t-test at ``alpha`` detects with ``power``:
     ``(t_{1-alpha/2} + t_{power}) * se``."""
@@ -235,12 +389,30 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> flo
     return float((t.ppf(1 - alpha / 2, df) + t.ppf(power, df)) * se)
 
 
-def holm(p_values: list[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (statsmodels), controlling the family-wise error
-    rate over every paired test the study reports."""
-    if not p_values:
-        return []
-    return [float(p) for p in multipletests(p_values, method="holm")[1]]
+def power_directional(effect: float, se: float, df: float, alpha: float) -> float:
+    """Probability that the two-sided ``1 - alpha`` interval lies wholly on the effect's
+    side of 0 when the true contrast is ``effect`` (noncentral t). By symmetry it is also
+    the probability that the interval lies wholly below ``effect`` when the truth is 0."""
+    if se <= 0:
+        return 1.0
+    q = scipy_stats.t.ppf(1 - alpha / 2, df)
+    return float(scipy_stats.nct.sf(q, df, abs(effect) / se))
+
+
+def power_equivalence(margin: float, se: float, df: float, alpha: float) -> float:
+    """Probability that the two-sided ``1 - alpha`` interval lies wholly inside
+    ``(-margin, margin)`` when the true contrast is 0."""
+    if se <= 0:
+        return 1.0
+    q = scipy_stats.t.ppf(1 - alpha / 2, df)
+    return float(max(2 * scipy_stats.t.cdf(margin / se - q, df) - 1, 0.0))
+
+
+def bonferroni(p_values: list[float]) -> list[float]:
+    """Bonferroni-adjusted p-values: ``min(1, m * p)`` for a family of ``m``, the level at
+    which the family's intervals are drawn (``1 - ALPHA / m``)."""
+    m = len(p_values)
+    return [float(min(1.0, m * p)) for p in p_values]
 
 
 def format_p(p: float) -> str:

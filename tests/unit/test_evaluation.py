@@ -12,7 +12,7 @@ from pipeline.evaluate.metrics import (
     score_system,
 )
 from pipeline.evaluate.stage import dev_choice
-from pipeline.study.statistics import format_p, holm
+from pipeline.study.statistics import bonferroni, format_p
 
 REFS = [f"the {w} sat on the mat number {i}" for i, w in enumerate(["cat", "dog", "cow"] * 20)]
 HYPS = [r if i % 3 else r.replace("mat", "rug") for i, r in enumerate(REFS)]
@@ -49,10 +49,10 @@ def test_training_range_of_buckets():
     assert buckets.training_range(5, None) == "inside"  # no cut: every length was trained
 
 
-def test_holm_and_p_formatting():
-    adjusted = holm([0.01, 0.04, 0.03, 0.5])
-    assert adjusted == pytest.approx([0.04, 0.09, 0.09, 0.5])
-    assert holm([]) == []
+def test_bonferroni_and_p_formatting():
+    adjusted = bonferroni([0.01, 0.04, 0.03, 0.5])
+    assert adjusted == pytest.approx([0.04, 0.16, 0.12, 1.0])
+    assert bonferroni([]) == []
     assert format_p(0.0004) == "< 0.001" and format_p(0.0312) == "0.031"
 
 

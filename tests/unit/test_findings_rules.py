@@ -1,4 +1,6 @@
-"""The verdict rules on synthetic studies with known answers, in both directions."""
+"""The verdict rules on synthetic studies with known answers, in every direction: agrees,
+smaller than claimed, equivalent, disagrees, inconclusive, not testable (by the design's
+a-priori power, or for variants that never plateaued)."""
 
 from __future__ import annotations
 
@@ -6,50 +8,77 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.study.findings import Grid, choose_reference, judge
-from pipeline.study.statistics import ContrastEstimator, Resampler
+from pipeline.study.declarations import EFFECTS
+from pipeline.study.findings import VERDICTS, Grid, choose_reference, judge
+from pipeline.study.statistics import ALPHA, ContrastEstimator, Resampler
 
-BUCKETS = ["1-10", "11-20", "21-30"]
-PER_BUCKET = 300
+BUCKETS = ["1-10", "11-20", "21-30", "31-40", "41-50"]
+INSIDE = BUCKETS[:3]
+PER_BUCKET = 200
+CONFIGS = [
+    ("none", False),
+    ("additive", False),
+    ("general", False),
+    ("none", True),
+    ("additive", True),
+]
 
 
 def _mean(totals):
     return totals[..., 0] / totals[..., 1]
 
 
-def _study(quality, seed_sd=0.05, noise=1.0, plateaued=lambda v: True, dev=None):
-    """``quality(scorer, reverse, bucket) -> mean score``; 3 seeds each of none, additive,
-    general forward and none, additive reversed."""
+def _study(
+    quality,
+    seeds=(1, 2, 3, 4, 5),
+    seed_sd=0.1,
+    noise=1.0,
+    plateaued=None,
+    dev=None,
+    configs=CONFIGS,
+    hidden=(256,),
+):
+    """``quality(scorer, reverse, bucket, hidden) -> mean score`` of each configuration;
+    per sentence: that mean + the sentence's difficulty + the seed's offset + noise. The
+    score is the mean over sentences, standing in for BLEU."""
     rng = np.random.default_rng(11)
     strata = np.repeat(np.arange(len(BUCKETS)), PER_BUCKET)
     difficulty = rng.normal(0, 1, len(strata))
     rows, stats = [], {}
-    configs = [(s, False) for s in ("none", "additive", "general")]
-    configs += [("none", True), ("additive", True)]
-    for scorer, reverse in configs:
-        for seed in (1, 2, 3):
-            vid = f"{scorer}-{'rev' if reverse else 'fwd'}-h256-s{seed}"
-            offset = rng.normal(0, seed_sd)
-            means = np.array([quality(scorer, reverse, b) for b in BUCKETS])[strata]
-            score = means + difficulty + offset + rng.normal(0, noise, len(strata))
-            stats[vid] = np.stack([score, np.ones(len(strata))], axis=1)
-            rows.append(
-                {
-                    "variant": vid,
-                    "scorer": scorer,
-                    "reverse_source": reverse,
-                    "hidden_size": 256,
-                    "seed": seed,
-                    "rest": "{}",
-                    "plateaued": plateaued(vid),
-                    "best_dev_bleu": (dev or {}).get(scorer, 10.0) + seed * 0.01,
-                }
-            )
+    for size in hidden:
+        for scorer, reverse in configs:
+            for seed in seeds:
+                vid = f"{scorer}-{'rev' if reverse else 'fwd'}-h{size}-s{seed}"
+                means = np.array([quality(scorer, reverse, b, size) for b in BUCKETS])[strata]
+                score = (
+                    means + difficulty + rng.normal(0, seed_sd) + rng.normal(0, noise, len(strata))
+                )
+                stats[vid] = np.stack([score, np.ones(len(strata))], axis=1)
+                rows.append(
+                    {
+                        "variant": vid,
+                        "scorer": scorer,
+                        "reverse_source": reverse,
+                        "hidden_size": size,
+                        "seed": seed,
+                        "rest": "{}",
+                        "plateaued": plateaued(vid) if plateaued else True,
+                        "best_dev_bleu": (dev or {}).get(scorer, 10.0) + seed * 0.01,
+                    }
+                )
     subsets = {b: np.flatnonzero(strata == i) for i, b in enumerate(BUCKETS)}
-    subsets["inside"] = subsets["all"] = np.arange(len(strata))
-    estimator = ContrastEstimator(stats, subsets, Resampler(strata, 300, 5), metric=_mean)
+    subsets["inside"] = np.flatnonzero(strata < len(INSIDE))
+    subsets["beyond"] = np.flatnonzero(strata >= len(INSIDE))
+    subsets["all"] = np.arange(len(strata))
     grid = Grid(pd.DataFrame(rows))
-    return {f.title: f for f in judge(estimator, grid, BUCKETS)}, grid
+    estimator = ContrastEstimator(
+        stats,
+        subsets,
+        Resampler(strata, 300, 5),
+        metric=_mean,
+        configurations=grid.configurations(),
+    )
+    return {f.title: f for f in judge(estimator, grid, set(subsets))}, grid
 
 
 def _verdicts(quality, **kw):
@@ -57,120 +86,151 @@ def _verdicts(quality, **kw):
     return {k: f.verdict for k, f in findings.items()}
 
 
-def good_attention(scorer, reverse, bucket):
-    base = {"none": 10.0, "additive": 20.0, "general": 19.0}[scorer]
-    if scorer == "none":  # falls with length; reversal helps it
-        base -= {"1-10": 0.0, "11-20": 3.0, "21-30": 6.0}[bucket]
-        base += 3.0 if reverse else 0.0
+def good(scorer, reverse, bucket, hidden=256):
+    """Every claim true, at least at the declared size: attention +10 inside; none loses
+    half its score beyond the training lengths, additive 5%; reversal helps none by 6;
+    additive and general equal."""
+    base = {"none": 10.0, "additive": 20.0, "general": 20.0}[scorer]
+    beyond = bucket not in INSIDE
+    if scorer == "none":
+        base += 6.0 if reverse else 0.0
+        base *= 0.5 if beyond else 1.0
+    elif beyond:
+        base *= 0.95
     return base
 
 
-def bad_attention(scorer, reverse, bucket):
-    base = {"none": 20.0, "additive": 10.0, "general": 12.0}[scorer]
-    if scorer == "additive":  # falls with length, reversal helps it, not none
-        base -= {"1-10": 0.0, "11-20": 3.0, "21-30": 6.0}[bucket]
-        base += 3.0 if reverse else 0.0
+def bad(scorer, reverse, bucket, hidden=256):
+    """Every claim reversed: none above additive, additive falls beyond the lengths and
+    none does not, reversal hurts none, general 4 below additive."""
+    base = {"none": 20.0, "additive": 15.0, "general": 11.0}[scorer]
+    if scorer == "additive" and bucket not in INSIDE:
+        base *= 0.5
+    if scorer == "none" and reverse:
+        base -= 3.0
     return base
+
+
+def small(scorer, reverse, bucket, hidden=256):
+    """Attention helps by 2 (the claim: 7.57), reversal by 0.5 (the claim: 4.7)."""
+    base = {"none": 18.0, "additive": 20.0, "general": 20.0}[scorer]
+    return base + (0.5 if scorer == "none" and reverse else 0.0)
 
 
 def test_every_finding_agrees_when_the_data_say_so():
-    verdicts = _verdicts(good_attention)
+    verdicts = _verdicts(good)
     assert verdicts["Attention"] == "agrees"
     assert verdicts["Length"] == "agrees"
     assert verdicts["Reversal"] == "agrees"
-    assert verdicts["Scorer"] == "agrees"  # +1 with tight intervals
+    assert verdicts["Scorer"] == "equivalent"  # Britz et al.: no difference at 256
     assert verdicts["Hidden size"] == "not testable"  # one size in the grid
 
 
 def test_every_finding_disagrees_when_the_data_say_the_opposite():
-    verdicts = _verdicts(bad_attention)
-    assert verdicts["Attention"] == "disagrees"
-    assert verdicts["Length"] == "disagrees"
-    assert verdicts["Reversal"] == "disagrees"
-    assert verdicts["Scorer"] == "disagrees"
+    verdicts = _verdicts(bad)
+    assert verdicts == {
+        "Attention": "disagrees",
+        "Length": "disagrees",
+        "Reversal": "disagrees",
+        "Scorer": "disagrees",
+        "Hidden size": "not testable",
+    }
 
 
-def test_no_difference_with_a_precise_design_is_inconclusive_not_a_verdict():
-    flat = lambda scorer, reverse, bucket: 15.0  # noqa: E731
-    findings, _ = _study(flat, noise=0.05, seed_sd=0.01)
-    assert findings["Scorer"].verdict == "inconclusive"  # MDE below 0.2: could have seen it
-    assert findings["Attention"].verdict == "inconclusive"
+def test_an_effect_shown_but_smaller_than_the_literatures_is_said_to_be_so():
+    findings, _ = _study(small)
+    assert findings["Attention"].verdict == "smaller than claimed"
+    assert "in the claimed direction" in findings["Attention"].answer  # +2 is shown > 0
+    assert findings["Reversal"].verdict == "smaller than claimed"
+    assert findings["Attention"].main.estimate.high < EFFECTS["Attention"].value
 
 
-def test_an_effect_below_the_designs_mde_is_not_testable():
-    flat = lambda scorer, reverse, bucket: 15.0  # noqa: E731
-    findings, _ = _study(flat, noise=3.0, seed_sd=1.0)
-    scorer = findings["Scorer"]
-    assert scorer.verdict == "not testable" and "MDE" in scorer.why
-
-
-def test_noise_alone_gives_no_disagreement():
-    """Seed noise well above the test-set noise: the tests include it, so no verdict."""
-    flat = lambda scorer, reverse, bucket: 15.0  # noqa: E731
-    verdicts = _verdicts(flat, seed_sd=1.5, noise=0.2)
+def test_noise_alone_gives_neither_agreement_nor_disagreement():
+    """Seed noise far above the sentences': the intervals include it, so no verdict
+    that needs a direction."""
+    flat = lambda scorer, reverse, bucket, hidden: 15.0  # noqa: E731
+    verdicts = _verdicts(flat, seed_sd=3.0, noise=0.2)
     assert "disagrees" not in verdicts.values() and "agrees" not in verdicts.values()
+    assert verdicts["Scorer"] == "inconclusive"  # +-1.3 can be neither shown nor ruled out
 
 
-def test_variants_stopped_at_the_step_cap_are_kept_out_of_confirmatory_tests():
+def test_testability_is_decided_by_the_design_before_the_run_not_by_the_data():
+    """Two seeds per configuration: the equivalence test's a-priori power is too low,
+    whatever the data; the report says how many seeds would do."""
+    for seed_sd in (0.01, 2.0):  # precise or noisy data: the same answer
+        findings, _ = _study(good, seeds=(1, 2), seed_sd=seed_sd)
+        scorer = findings["Scorer"]
+        assert scorer.verdict == "not testable"
+        assert scorer.power.power < 0.8 and scorer.power.seeds_needed > 2
+        assert "computed before the run" in scorer.why
+    five, _ = _study(good)
+    assert five["Scorer"].power.testable
+
+
+def test_variants_stopped_at_the_step_cap_are_kept_out_and_the_why_says_so():
     capped = lambda vid: not vid.startswith("additive-fwd")  # noqa: E731
-    findings, _ = _study(good_attention, plateaued=capped)
+    findings, _ = _study(good, plateaued=capped)
     assert findings["Attention"].verdict == "not testable"
-    assert "plateaued" in findings["Attention"].why
+    assert "step cap" in findings["Attention"].why
+
+
+def test_primary_intervals_are_at_the_bonferroni_level_of_the_family():
+    findings, _ = _study(good)
+    primary = [p for f in findings.values() for p in f.parts if p.primary]
+    assert len(primary) == 4  # Attention, Length, Reversal, Scorer (one hidden size)
+    for part in primary:
+        assert part.estimate.alpha == pytest.approx(ALPHA / 4)
+        assert part.p_adjusted == pytest.approx(min(1.0, 4 * part.estimate.p))
+    secondary = [p for f in findings.values() for p in f.parts if not p.primary]
+    assert secondary and all(p.estimate.alpha == ALPHA for p in secondary)
+
+
+def test_one_seed_configurations_borrow_the_pooled_seed_variance():
+    findings, grid = _study(good, seed_sd=0.5)
+    one = [c for c in grid.configurations() if len(c) > 1]
+    assert len(one) == 5
+    attention = findings["Attention"].main.estimate
+    assert attention.se_seed > 0 and attention.extra["seed_df"] == 5 * 4
 
 
 def test_reference_is_chosen_on_dev_among_scorers_with_equal_seeds():
-    _, grid = _study(good_attention, dev={"additive": 20.0, "general": 21.0})
+    _, grid = _study(good, dev={"additive": 20.0, "general": 21.0})
     reference, means = choose_reference(grid)
     assert reference == "general" and means["general"] > means["additive"]
     assert "none" not in means
 
 
 @pytest.mark.parametrize("title", ["Attention", "Length", "Reversal", "Scorer"])
-def test_each_finding_reports_effect_interval_and_mde(title):
-    findings, _ = _study(good_attention)
-    main = findings[title].main.estimate
-    assert main.low < main.estimate < main.high and main.mde > 0 and main.seeds == 3
+def test_each_finding_reports_effect_interval_power_and_an_answer(title):
+    findings, _ = _study(good)
+    finding = findings[title]
+    main = finding.main.estimate
+    assert main.low < main.estimate < main.high and main.mde > 0 and main.seeds == 5
+    assert finding.verdict in VERDICTS and finding.answer.startswith(title)
+    assert finding.summary()["design"]["seeds"]
 
 
-def _size_study(gap_small, gap_large):
-    """dot and scaled_dot at hidden 128 and 512, 3 seeds each: dot minus scaled_dot is
-    ``gap_small`` at 128 and ``gap_large`` at 512 (plus none/additive for the grid)."""
-    rng = np.random.default_rng(4)
-    strata = np.repeat(np.arange(len(BUCKETS)), PER_BUCKET)
-    difficulty = rng.normal(0, 1, len(strata))
-    rows, stats = [], {}
-    for scorer, hidden, mean in [
-        ("none", 128, 10.0),
-        ("none", 512, 10.0),
-        ("scaled_dot", 128, 20.0),
-        ("scaled_dot", 512, 21.0),
-        ("dot", 128, 20.0 + gap_small),
-        ("dot", 512, 21.0 + gap_large),
-    ]:
-        for seed in (1, 2, 3):
-            vid = f"{scorer}-fwd-h{hidden}-s{seed}"
-            score = mean + difficulty + rng.normal(0, 0.05) + rng.normal(0, 1, len(strata))
-            stats[vid] = np.stack([score, np.ones(len(strata))], axis=1)
-            rows.append(
-                {
-                    "variant": vid,
-                    "scorer": scorer,
-                    "reverse_source": False,
-                    "hidden_size": hidden,
-                    "seed": seed,
-                    "rest": "{}",
-                    "plateaued": True,
-                    "best_dev_bleu": mean,
-                }
-            )
-    subsets = {b: np.flatnonzero(strata == i) for i, b in enumerate(BUCKETS)}
-    subsets["inside"] = subsets["all"] = np.arange(len(strata))
-    estimator = ContrastEstimator(stats, subsets, Resampler(strata, 300, 5), metric=_mean)
-    return {f.title: f for f in judge(estimator, Grid(pd.DataFrame(rows)), BUCKETS)}
+def _size(gain):
+    def quality(scorer, reverse, bucket, hidden):
+        return good(scorer, reverse, bucket) + (gain if hidden == 256 else 0.0)
+
+    return quality
 
 
-def test_hidden_size_rule_agrees_and_disagrees_on_the_size_x_scaling_interaction():
-    # unscaled dot falls behind scaled_dot as the size grows: the claim
-    assert _size_study(gap_small=0.0, gap_large=-2.0)["Hidden size"].verdict == "agrees"
-    # unscaled dot gains on scaled_dot as the size grows: against it
-    assert _size_study(gap_small=0.0, gap_large=2.0)["Hidden size"].verdict == "disagrees"
+def test_hidden_size_on_a_cpu_grid_is_the_additive_gain_of_the_larger_size():
+    configs = [("none", False), ("additive", False)]
+    larger = _verdicts(_size(3.0), configs=configs, hidden=(128, 256))
+    assert larger["Hidden size"] == "agrees"
+    same = _verdicts(_size(0.0), configs=configs, hidden=(128, 256))
+    assert same["Hidden size"] == "smaller than claimed"
+
+
+def test_hidden_size_with_britz_dimensions_is_the_additive_general_interaction():
+    def quality(scorer, reverse, bucket, hidden):
+        base = good(scorer, reverse, bucket)
+        return base - (5.0 if scorer == "general" and hidden == 1024 else 0.0)
+
+    configs = [("none", False), ("additive", False), ("general", False)]
+    findings, _ = _study(quality, configs=configs, hidden=(256, 1024))
+    size = findings["Hidden size"]
+    assert size.effect.value == pytest.approx(3.88) and size.verdict == "agrees"

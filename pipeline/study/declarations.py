@@ -1,0 +1,216 @@
+"""What the study asks, declared before any test number is read: each finding's
+contrast, claim and smallest effect of interest with its source, and the a-priori power
+of the design that tests it.
+
+An **effect of interest** is in the units of the finding's contrast (BLEU points, or log
+BLEU for the length finding). For a directional claim its sign is the claimed direction
+and its size the literature's effect: the finding *agrees* when the interval excludes 0 on
+the claimed side and does not lie wholly below the effect, and is *smaller than claimed*
+when it lies wholly below it. For an equivalence claim it is the margin: *equivalent*
+when the interval lies inside ``(-margin, margin)``.
+
+The **a-priori power** of each test comes from the grid (seeds per configuration, known
+before training) and variance components measured on an earlier run of the study
+(:data:`PILOT`), never from the run being judged: a finding whose power at its effect of
+interest is below :data:`~pipeline.study.statistics.POWER` is "not testable" with this
+design, whatever its data then show, and the report prints the seeds per configuration
+that would make it testable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipeline.study.statistics import ALPHA, POWER, power_directional, power_equivalence
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A finding's declared smallest effect of interest."""
+
+    claim: str  # "> 0" | "< 0" | "equivalent"
+    value: float  # in ``scale`` units; an equivalence claim's margin (> 0)
+    scale: str  # "bleu" | "log_bleu"
+    source: str  # the literature's numbers, quoted
+    why: str  # why this number is the effect that matters
+
+    def describe(self) -> str:
+        unit = "log BLEU" if self.scale == "log_bleu" else "BLEU"
+        if self.claim == "equivalent":
+            return f"within +-{self.value:g} {unit}"
+        return f"{self.value:+g} {unit}"
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """Variance components of an earlier run, for the a-priori power."""
+
+    source: str
+    seed_sd: dict[str, float]  # scale -> pooled seed sd of one configuration's score
+    test_se: dict[str, float]  # finding -> test-sampling SE of its main contrast
+    default_test_se: float  # a comparison of the user's: two configurations on ``inside``
+
+
+PILOT = Pilot(
+    source=(
+        "the study's earlier default run (hidden 256, 3 seeds of none, additive and general "
+        "forward and of none and additive reversed; reports/findings.json and "
+        "reports/summary.csv at commit d044360)"
+    ),
+    # pooled sd of a configuration's test BLEU over its seeds: 5 configurations, df 10;
+    # on the log scale the same spread relative to the BLEU of none (9) and additive (24)
+    seed_sd={"bleu": 0.36, "log_bleu": 0.03},
+    test_se={
+        "Attention": 0.44,  # additive - none inside the training lengths
+        "Scorer": 0.25,  # additive - general
+        "Reversal": 0.16,  # none reversed - forward
+        "Hidden size": 0.30,  # two configurations of one scorer, as Scorer and Attention
+        # length x model on log BLEU, beyond minus inside: the per-system bootstrap SEs of
+        # the BLEU of 1,200 sentences divided by their BLEU, combined as independent parts
+        "Length": 0.05,
+    },
+    default_test_se=0.30,
+)
+
+EFFECTS: dict[str, Effect] = {
+    "Attention": Effect(
+        "> 0",
+        7.57,
+        "bleu",
+        "Bahdanau et al. 2014, Table 1 (all test sentences): RNNsearch-30 21.50 vs "
+        "RNNencdec-30 13.93, +7.57; RNNsearch-50 26.75 vs RNNencdec-50 17.82, +8.93.",
+        "the gain of the -30 models, which this study's training length cut reproduces",
+    ),
+    "Length": Effect(
+        "< 0",
+        -0.20,
+        "log_bleu",
+        "Bahdanau et al. 2014, Fig. 2: beyond the 30 words they were trained on, the "
+        "RNNencdec-30 curve falls far below RNNsearch-30's; the paper gives no table of "
+        "it.",
+        "declared by this study: a no-attention model that loses at least 18% more of its "
+        "BLEU (a log ratio of -0.20) beyond the training lengths than additive attention",
+    ),
+    "Reversal": Effect(
+        "> 0",
+        4.7,
+        "bleu",
+        "Sutskever et al. 2014 (deep LSTM, no attention): 25.9 -> 30.6 BLEU when the "
+        "source is reversed, +4.7.",
+        "the paper's gain for a model without attention",
+    ),
+    "Scorer": Effect(
+        "equivalent",
+        2.0,
+        "bleu",
+        "Britz et al. 2017 (attention type, newstest2013): additive minus multiplicative "
+        "+0.20 at attention dimension 128, 0.00 at 256, +0.69 at 512, +3.88 at 1024; "
+        "Luong et al. 2015, Table 4: global dot 18.6 vs general 17.3.",
+        "at this study's dimension (256) Britz et al. measured no difference; the margin is "
+        "the study's practical threshold: Mathur et al. (2020) found that BLEU differences "
+        "below 1-2 points often disagree with human judgements, so a gap within 2 BLEU is "
+        "no difference a user could rely on",
+    ),
+    "Hidden size": Effect(
+        "> 0",
+        2.0,
+        "bleu",
+        "Britz et al. 2017: from attention dimension 256 to 1024 multiplicative attention "
+        "falls 4.1 BLEU while additive stays within 0.4 (no paper measures a whole model's "
+        "size at this data size).",
+        "the study's practical threshold (Mathur et al. 2020: BLEU differences below 1-2 "
+        "points often disagree with human judgements), for a model whose hidden size, "
+        "twice as large, makes each training step about 2.2x as long on a CPU",
+    ),
+}
+"""The findings' effects of interest, frozen before the committed run."""
+
+GPU_HIDDEN_SIZE = Effect(
+    "> 0",
+    3.88,
+    "bleu",
+    "Britz et al. 2017 (attention type, newstest2013): additive minus multiplicative "
+    "0.00 at attention dimension 256 and +3.88 at 1024.",
+    "the paper's gap at the largest dimension, where the GPU preset's grid reaches",
+)
+"""With sizes of 1024 and more in the grid, the hidden-size finding is Britz et al.'s
+test: additive minus general at the largest size minus at 256."""
+
+
+@dataclass(frozen=True)
+class Power:
+    """A finding's design, before the run: its planned standard error and power."""
+
+    finding: str
+    effect: Effect
+    seeds: dict[str, int]  # configuration -> seeds in the grid
+    se: float
+    alpha: float  # the level of its interval (Bonferroni over the family)
+    power: float
+    seeds_needed: int | None  # per configuration for POWER (None: more than 50)
+
+    @property
+    def testable(self) -> bool:
+        return self.power >= POWER
+
+    def summary(self) -> dict:
+        return {
+            "finding": self.finding,
+            "effect": self.effect.value,
+            "claim": self.effect.claim,
+            "scale": self.effect.scale,
+            "seeds": self.seeds,
+            "planned_se": self.se,
+            "alpha": self.alpha,
+            "power": self.power,
+            "testable": self.testable,
+            "seeds_needed": self.seeds_needed,
+        }
+
+
+def planned_se(weights: dict[str, float], seeds: dict[str, int], scale: str, test_se: float):
+    """SE of a contrast of configurations ``weights`` with ``seeds`` each: the pilot's
+    pooled seed variance over each configuration's seeds plus its test-sampling part."""
+    sd = PILOT.seed_sd[scale]
+    var = sum(w**2 * sd**2 / max(seeds[c], 1) for c, w in weights.items()) + test_se**2
+    return math.sqrt(var)
+
+
+def design_power(
+    finding: str,
+    effect: Effect,
+    weights: dict[str, float],
+    seeds: dict[str, int],
+    family: int,
+    seed_df: float,
+    test_se: float | None = None,
+) -> Power:
+    """The power of ``finding``'s test at its effect of interest, at the family's
+    Bonferroni level ``ALPHA / family``, for the grid's ``seeds`` per configuration and
+    the degrees of freedom of the grid's pooled seed variance (``seed_df``)."""
+    test_se = PILOT.test_se.get(finding, PILOT.default_test_se) if test_se is None else test_se
+    alpha = ALPHA / max(family, 1)
+    df = max(seed_df, 1.0)
+
+    def power_at(seed_counts: dict[str, int]) -> float:
+        se = planned_se(weights, seed_counts, effect.scale, test_se)
+        if effect.claim == "equivalent":
+            return power_equivalence(effect.value, se, df, alpha)
+        return power_directional(effect.value, se, df, alpha)
+
+    value = power_at(seeds)
+    fewest = min(seeds.values())
+    per_seed_df = seed_df / (fewest - 1) if fewest > 1 else seed_df
+
+    def with_seeds(k: int) -> float:  # every configuration of the grid with k seeds
+        nonlocal df
+        df, kept = max(per_seed_df * (k - 1), 1.0), df
+        try:
+            return power_at(dict.fromkeys(seeds, k))
+        finally:
+            df = kept
+
+    needed = next((k for k in range(2, 51) if with_seeds(k) >= POWER), None)
+    se = planned_se(weights, seeds, effect.scale, test_se)
+    return Power(finding, effect, dict(seeds), se, alpha, value, needed)
