@@ -1,4 +1,5 @@
-"""DVC stage ``fetch``: corpus source -> data/raw/{train,dev,test}.tsv + corpus.json."""
+"""DVC stage ``fetch``: corpus source -> data/raw/{train,dev,test}.tsv + corpus.json,
+and the dev and test pairs' group ids (chapters) in data/raw/{dev,test}.groups."""
 
 from __future__ import annotations
 

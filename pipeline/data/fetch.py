@@ -4,8 +4,14 @@ Output (``data/raw/``), written atomically as a whole folder:
 
 - ``{train,dev,test}.tsv``: UTF-8, one pair per line, ``source<TAB>target``, no header
   and no quoting (cleaning guarantees neither side holds a tab or newline).
+- ``{dev,test}.groups``: each dev/test pair's group id, line by line
+  (:mod:`pipeline.data.pairs`, :func:`~pipeline.data.pairs.read_groups`).
 - ``corpus.json``: source description, cleaning counts, split sizes, source-length
-  histogram per split and the sha256 of each split file.
+  histogram per split, the sha256 of each split file, and ``near_duplicates``: per test
+  length bucket, the share of test sources that have a training source with word-trigram
+  Jaccard >= the threshold, for the split by source sentence without the near-duplicate
+  filter (``before``), by chapter without the filter (``chapters_only``, where the split
+  takes chapters and filters) and for the split written (``after``).
 """
 
 from __future__ import annotations
@@ -17,12 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config.params import FetchConfig
-from pipeline.data.cleaning import clean_pairs
+from pipeline.config.params import FetchConfig, SplitConfig
+from pipeline.data.cleaning import CleanResult, clean_pairs, normalize
 from pipeline.data.inputs import check_inputs
-from pipeline.data.pairs import tsv_text
-from pipeline.data.sources import read_corpus
-from pipeline.data.split import Split, bucket_label, length_bucket, split_pairs
+from pipeline.data.pairs import groups_text, tsv_text
+from pipeline.data.sources import RawCorpus, read_corpus
+from pipeline.data.split import (
+    Split,
+    bucket_label,
+    length_bucket,
+    near_duplicate_shares,
+    split_pairs,
+)
 from pipeline.io import atomic_dir, write_json
 
 logger = logging.getLogger(__name__)
@@ -51,6 +63,42 @@ def length_summary(pairs: list[tuple[str, str]], config: FetchConfig) -> dict[st
     }
 
 
+def clean_chapters(raw: RawCorpus, cleaned: CleanResult) -> list[str] | None:
+    """The chapter of each cleaned pair, where the source has chapters: cleaning keeps the
+    first occurrence of a pair, normalised, in order."""
+    if raw.chapters is None:
+        return None
+    first: dict[tuple[str, str], str] = {}
+    for (source, target), chapter in zip(raw.pairs, raw.chapters, strict=True):
+        first.setdefault((normalize(source), normalize(target)), chapter)
+    return [first[pair] for pair in cleaned.pairs]
+
+
+NEAR_DUPLICATE_THRESHOLD = 0.5
+"""The Jaccard similarity at which ``near_duplicates`` is measured when the filter is off."""
+
+
+def near_duplicate_record(
+    pairs: list[tuple[str, str]], chapters: list[str] | None, split: Split, config: SplitConfig
+) -> dict[str, Any]:
+    """The ``near_duplicates`` entry of corpus.json (see the module docstring)."""
+    threshold = config.near_duplicate_jaccard or NEAR_DUPLICATE_THRESHOLD
+    unfiltered = config.model_copy(update={"near_duplicate_jaccard": None})
+    verse = split_pairs(pairs, unfiltered.model_copy(update={"group_by": "sentence"}), chapters)
+    record: dict[str, Any] = {
+        "threshold": threshold,
+        "filter": config.near_duplicate_jaccard is not None,
+        "group_by": split.group_by,
+        "before": near_duplicate_shares(verse, config, threshold),
+    }
+    if split.group_by == "chapter" and config.near_duplicate_jaccard is not None:
+        chapter_only = split_pairs(pairs, unfiltered, chapters)
+        record["chapters_only"] = near_duplicate_shares(chapter_only, config, threshold)
+    record["after"] = near_duplicate_shares(split, config, threshold)
+    record["dropped_from_train"] = split.dropped_train_near_duplicate
+    return record
+
+
 def corpus_summary(raw, cleaned, split: Split, config: FetchConfig, hashes: dict) -> dict:
     return {
         "source": raw.description,
@@ -61,7 +109,11 @@ def corpus_summary(raw, cleaned, split: Split, config: FetchConfig, hashes: dict
             "clean": len(cleaned.pairs),
             "train_dropped_over_max_words": split.dropped_train_long,
             "train_dropped_over_max_pairs": split.dropped_train_cap,
+            "train_dropped_near_duplicate": split.dropped_train_near_duplicate,
+            "held_out_chapters_unused": split.unused_held_out,
+            "held_out_chapters_unused_inside_train_lengths": split.unused_held_out_inside,
         },
+        "group_by": split.group_by,
         "all_clean": length_summary(cleaned.pairs, config),
         "splits": {
             name: dict(length_summary(pairs, config), sha256=hashes[name])
@@ -80,7 +132,21 @@ def fetch(config: FetchConfig, out_dir: str | Path, inputs: str | Path | None = 
     logger.info("read %d pairs; source fixes: %s", len(raw.pairs), dict(raw.fixes))
     cleaned = clean_pairs(raw.pairs, config.clean)
     logger.info("kept %d clean pairs; dropped: %s", len(cleaned.pairs), dict(cleaned.dropped))
-    split = split_pairs(cleaned.pairs, config.split)
+    chapters = clean_chapters(raw, cleaned)
+    split = split_pairs(cleaned.pairs, config.split, chapters)
+    logger.info(
+        "split by %s: %d pairs of dev/test chapters unused (%d inside the training lengths),"
+        " %d train pairs dropped as near duplicates of dev/test",
+        split.group_by,
+        split.unused_held_out,
+        split.unused_held_out_inside,
+        split.dropped_train_near_duplicate,
+    )
+    near = near_duplicate_record(cleaned.pairs, chapters, split, config.split)
+    for key in ("before", "chapters_only", "after"):
+        if key in near:
+            shares = ", ".join(f"{b} {v:.1%}" for b, v in near[key].items())
+            logger.info("test sources with a train near duplicate (%s): %s", key, shares)
     with atomic_dir(out_dir) as tmp:
         hashes = {}
         for name, pairs in split.as_dict().items():
@@ -88,6 +154,9 @@ def fetch(config: FetchConfig, out_dir: str | Path, inputs: str | Path | None = 
             (tmp / f"{name}.tsv").write_text(text, encoding="utf-8")
             hashes[name] = hashlib.sha256(text.encode("utf-8")).hexdigest()
             logger.info("%s: %d pairs", name, len(pairs))
+        (tmp / "dev.groups").write_text(groups_text(split.dev_groups), encoding="utf-8")
+        (tmp / "test.groups").write_text(groups_text(split.test_groups), encoding="utf-8")
         summary = corpus_summary(raw, cleaned, split, config, hashes)
+        summary["near_duplicates"] = near
         write_json(tmp / "corpus.json", summary)
     return summary

