@@ -28,7 +28,7 @@ import torch
 
 from pipeline.config import load_config
 from pipeline.config.params import TrainConfig
-from pipeline.train.trainer import Plateau, make_scheduler
+from pipeline.train.trainer import Plateau, make_scheduler, progress_signal
 
 
 def load_curves(source: Path) -> pd.DataFrame:
@@ -48,9 +48,10 @@ def replay(curve: pd.DataFrame, cfg: TrainConfig) -> int | None:
     optimizer = torch.optim.SGD([parameter], lr=cfg.learning_rate)
     scheduler = make_scheduler(optimizer, cfg)
     bleu = cfg.early_stopping_metric == "bleu"
-    plateau = Plateau(cfg.patience, cfg.min_delta, mode="max")
+    signal = progress_signal(cfg)
+    plateau = Plateau(cfg.patience, signal.threshold, mode="max")
     for row in curve.sort_values("step").itertuples():
-        value = row.dev_bleu if bleu else -row.dev_loss
+        value, _ = signal.update(row.dev_bleu if bleu else -row.dev_loss, row.dev_bleu)
         if scheduler is not None:
             scheduler.step(value)
         plateau.update(value)

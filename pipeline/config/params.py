@@ -226,6 +226,12 @@ class TrainConfig(Section):
     min_learning_rate: float = Field(0.0, ge=0)
     """Plateau rule, second trigger (JoeyNMT's ``learning_rate_min``): once the decays on
     dev plateaus take the learning rate below this, the variant has plateaued (0 = off)."""
+    bleu_progress_delta: float | None = Field(None, gt=0)
+    """A dev BLEU gain (greedy, ``dev_bleu_sentences``) of more than this also counts as
+    progress, beside the early-stopping metric's ``min_delta`` (None = off): a variant
+    whose dev loss has flattened keeps training while its dev BLEU still rises, and its
+    checkpoint is the model of the last evaluation that made progress in either
+    (docs/budget.md, "Stopping rule")."""
     early_stopping_metric: Literal["loss", "bleu"] = "bleu"
     """Dev metric that selects the best checkpoint and drives the learning-rate decay and
     the plateau rule."""

@@ -125,7 +125,7 @@ HISTORY_FIELDS = (
 ``epochs`` the fraction of epochs done (1.33: a third into epoch 2), ``end_of_epoch`` 1 at
 an epoch end; ``train_loss`` and ``tokens_per_s`` cover the steps since the previous row,
 ``learning_rate`` is the rate those steps used."""
-LAST_FORMAT = 2  # 2: per-evaluation history, scheduler and early-stopping state
+LAST_FORMAT = 3  # 2: per-evaluation history, scheduler and early-stopping state; 3: signal
 CHECK_EVERY_STEPS = 16
 """Steps between reads of the loss for the divergence check: one host-device transfer per
 16 steps instead of a synchronisation every step (no checkpoint is written in between)."""
@@ -242,6 +242,50 @@ class Plateau:
 
 
 @dataclass
+class ProgressSignal:
+    """What the learning-rate decay and the plateau rule see at each evaluation.
+
+    Without ``bleu_delta``: the early-stopping metric itself (``min_delta`` is their
+    threshold). With it, an evaluation makes progress when the early-stopping metric beats
+    its best by more than ``min_delta`` *or* dev BLEU beats its best by more than
+    ``bleu_delta``; they then see the count of such evaluations (threshold 0.5, so each
+    one is an improvement), and a variant stops only once neither has moved for
+    ``patience`` evaluations: a model whose dev loss has flattened while its BLEU still
+    rises keeps training."""
+
+    min_delta: float
+    bleu_delta: float | None = None
+    best_value: float | None = None
+    best_bleu: float | None = None
+    count: int = 0
+
+    @property
+    def threshold(self) -> float:
+        return self.min_delta if self.bleu_delta is None else 0.5
+
+    def update(self, value: float, bleu: float) -> tuple[float, bool]:
+        """``(signal, progressed)`` for an evaluation whose early-stopping metric (higher
+        is better) is ``value`` and dev BLEU ``bleu``."""
+        gained = self.best_value is None or value > self.best_value + self.min_delta
+        if gained:
+            self.best_value = value
+        if self.bleu_delta is None:
+            return value, gained
+        rose = self.best_bleu is None or bleu > self.best_bleu + self.bleu_delta
+        if rose:
+            self.best_bleu = bleu
+        self.count += int(gained or rose)
+        return float(self.count), gained or rose
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best_value": self.best_value, "best_bleu": self.best_bleu, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best_value, self.best_bleu = state["best_value"], state["best_bleu"]
+        self.count = state["count"]
+
+
+@dataclass
 class Progress:
     """Where training stands; saved in ``last.pt`` (plain values only)."""
 
@@ -336,8 +380,13 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> Reduce
         return None
     return ReduceLROnPlateau(
         optimizer, mode="max", factor=cfg.lr_decay, patience=cfg.lr_patience,
-        threshold=cfg.min_delta, threshold_mode="abs",
+        threshold=progress_signal(cfg).threshold, threshold_mode="abs",
     )  # fmt: skip
+
+
+def progress_signal(cfg: TrainConfig) -> ProgressSignal:
+    """The evaluations' progress signal of ``cfg`` (:class:`ProgressSignal`)."""
+    return ProgressSignal(cfg.min_delta, cfg.bleu_progress_delta)
 
 
 def dev_loss(
@@ -433,7 +482,8 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, self.cfg.learning_rate)
         self.ema = self._make_ema()
         self.scheduler = make_scheduler(self.optimizer, self.cfg)
-        self.plateau = Plateau(self.cfg.patience, self.cfg.min_delta, mode="max")
+        self.signal = progress_signal(self.cfg)
+        self.plateau = Plateau(self.cfg.patience, self.signal.threshold, mode="max")
         self.progress = Progress()
         self._wall_base, self._session_start = 0.0, time.perf_counter()
         self.resumed_at_step = 0
@@ -533,19 +583,25 @@ class Trainer:
             raise self._diverged(f"dev loss is {metrics['dev_loss']}")
         bleu = self.cfg.early_stopping_metric == "bleu"
         value = metrics["dev_bleu"] if bleu else -metrics["dev_loss"]  # higher is better
-        self._keep_if_best(value, metrics)
+        signal, progressed = self.signal.update(value, metrics["dev_bleu"])
+        self._keep_if_best(value, metrics, progressed)
         row = self._history_row(metrics, epoch_batches)
-        self._after_evaluation(value, end_of_epoch=bool(row["end_of_epoch"]))
+        self._after_evaluation(signal, end_of_epoch=bool(row["end_of_epoch"]))
         self._save_last()
         write_history(self.files.history, self.progress.history)
         for callback in self.callbacks:
             callback.on_evaluation(self, dict(row))
 
-    def _keep_if_best(self, value: float, metrics: dict[str, float]) -> None:
+    def _keep_if_best(self, value: float, metrics: dict[str, float], progressed: bool) -> None:
         """Save the model as ``checkpoint.pt`` if ``value`` beats the best so far (by any
-        margin: ``min_delta`` only decides what counts as progress for the plateau)."""
+        margin: ``min_delta`` only decides what counts as progress for the plateau); with
+        ``bleu_progress_delta``, at every evaluation that made progress (the model where
+        the last gain in dev loss or dev BLEU was made)."""
         p = self.progress
-        if p.best is not None and value <= p.best.value:
+        if self.signal.bleu_delta is not None:
+            if not progressed:
+                return
+        elif p.best is not None and value <= p.best.value:
             return
         p.best = Best(value, p.epoch, p.step, metrics["dev_loss"], metrics["dev_bleu"],
                       self._wall_time())  # fmt: skip
@@ -567,7 +623,7 @@ class Trainer:
 
     def _after_evaluation(self, value: float, end_of_epoch: bool) -> None:
         """Learning-rate decay, early stopping and the epoch budget after an evaluation
-        whose early-stopping metric (higher is better) is ``value``."""
+        whose progress signal (:class:`ProgressSignal`, higher is better) is ``value``."""
         p = self.progress
         if self.scheduler is not None:
             self.scheduler.step(value)
@@ -597,6 +653,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
             "ema": self.ema.state_dict() if self.ema is not None else None,
             "plateau": self.plateau.state_dict(),
+            "signal": self.signal.state_dict(),
             "progress": asdict(self.progress),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -622,6 +679,7 @@ class Trainer:
         if self.ema is not None:
             self.ema.load_state_dict(state["ema"])
         self.plateau.load_state_dict(state["plateau"])
+        self.signal.load_state_dict(state["signal"])
         self.progress = Progress.from_state(state["progress"])
         torch.set_rng_state(state["torch_rng"].cpu())
         if state["cuda_rng"] and torch.cuda.is_available():

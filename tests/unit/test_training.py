@@ -345,6 +345,27 @@ def test_early_stopping_counts_evaluations_and_min_delta(
     assert load_checkpoint(tmp_path / "checkpoint.pt").extra["step"] == 3
 
 
+@pytest.mark.parametrize("bleu_delta, evaluations", [(None, 3), (0.5, 6)])
+def test_a_rising_dev_bleu_keeps_a_flat_loss_variant_training(
+    bleu_delta, evaluations, make_variant, tiny_tok_dir, tmp_path, monkeypatch
+):
+    """Dev loss flat after the first evaluation, dev BLEU rising until the fourth: the
+    loss-only rule stops after patience (2) flat evaluations; with bleu_progress_delta
+    the variant trains until neither has moved for 2, and keeps the last model that
+    made progress."""
+    losses = iter([2.0] * 10)
+    scores = iter([1.0, 3.0, 5.0, 7.0, 7.2, 7.1, 7.3, 7.0])
+    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    monkeypatch.setattr(training, "dev_bleu", lambda *args, **kwargs: next(scores))
+    variant = make_variant(max_epochs=10, eval_every_steps=1, patience=2, min_delta=0.01,
+                           lr_decay=1.0, bleu_progress_delta=bleu_delta)  # fmt: skip
+    result = train_variant(variant, tiny_tok_dir, tmp_path)
+    assert result.plateaued and result.evaluations == evaluations
+    if bleu_delta is not None:  # the fourth evaluation (BLEU 7.0) was the last gain
+        assert result.best_step == 4
+        assert load_checkpoint(tmp_path / "checkpoint.pt").extra["dev_bleu"] == 7.0
+
+
 def test_bleu_selects_the_best_epoch(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
     scores = iter([5.0, 9.0, 7.0])
     monkeypatch.setattr(training, "dev_bleu", lambda *args, **kwargs: next(scores))
