@@ -290,19 +290,20 @@ class Selector(Section):
 
 class ComparisonConfig(Section):
     """A comparison of your own, tested with the declared findings: ``plus`` minus
-    ``minus`` on the test sentences of ``subset``, mean over their common plateaued seeds
-    (at least 2), claimed ``> 0`` or ``< 0``. Its main test joins the Holm family."""
+    ``minus`` on the test sentences of ``subset``, each side's mean over its plateaued
+    seeds (at least 2), claimed ``> 0``, ``< 0`` or ``equivalent`` (within
+    ``+-effect``). It joins the primary family (Bonferroni)."""
 
     name: str = Field(min_length=1)
     """Its title in the report and in ``eval/findings.json``."""
     plus: Selector
     minus: Selector
-    claim: Literal["> 0", "< 0"] = "> 0"
+    claim: Literal["> 0", "< 0", "equivalent"] = "> 0"
     subset: str = "inside"
     """``inside`` (the training lengths), ``all``, or a length bucket label (``11-20``)."""
-    effect: float = Field(1.0, gt=0)
-    """The smallest difference (BLEU) that would matter: above the design's MDE it is
-    testable, below it the verdict is "not testable"."""
+    effect: float = Field(2.0, gt=0)
+    """The smallest difference (BLEU) that would matter (an equivalence claim's margin):
+    the design's power at it, computed before the run, decides whether it is testable."""
     source: str = ""
     """Where the claim comes from (a paper, a hunch), shown in the report."""
 
