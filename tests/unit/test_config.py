@@ -140,7 +140,7 @@ def test_grid_include_adds_points_once_with_defaults_for_other_axes(tmp_path):
 
 def test_gpu_cluster_preset_is_a_valid_params_and_infra_pair():
     config = load_config(REPO_ROOT / "presets" / "gpu-cluster.yaml")
-    assert len(expand_grid(config)) == 6 * 2 * 3 * 3
+    assert len(expand_grid(config)) == 6 * 2 * 3 * 5  # scorers x orders x sizes x seeds
     infra = load_infra(REPO_ROOT / "params.yaml", REPO_ROOT / "presets" / "gpu-cluster-infra.yaml")
     assert infra.ray.gpus_per_trial > 0 and infra.ray.storage_path.startswith("s3://")
 
