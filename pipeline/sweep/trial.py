@@ -192,7 +192,8 @@ def preflight(variants: list[Variant], data: TokenizedData, ray_config, resource
         lanes = _lanes(ray.cluster_resources(), resources)
     if ray_config.max_concurrent_trials:
         lanes = min(lanes, ray_config.max_concurrent_trials)
-    rates = ", ".join(f"{c.name.split('-')[0]} {c.seconds_per_step * 1e3:.0f} ms"
+    sized = len({v.model.hidden_size for v in variants}) > 1  # name the size when it varies
+    rates = ", ".join(f"{_family_label(c.name, sized)} {c.seconds_per_step * 1e3:.0f} ms"
                       for c in checks)  # fmt: skip
     precisions = sorted({c.precision for c in checks})
     logger.info("preflight: %d model families train in %s here (%.1f s); a step takes %s",
@@ -200,6 +201,14 @@ def preflight(variants: list[Variant], data: TokenizedData, ray_config, resource
     forecast = estimate(variants, checks, lanes)
     logger.info("%s", forecast.line())
     return forecast
+
+
+def _family_label(name: str, sized: bool) -> str:
+    """``additive`` of a family named by its first variant (``additive-fwd-h128-s1``), with
+    its size (``additive h128``) when the grid has several."""
+    parts = name.split("-")
+    size = next((p for p in parts[1:] if p.startswith("h") and p[1:].isdigit()), "")
+    return f"{parts[0]} {size}" if sized and size else parts[0]
 
 
 def _lanes(available: dict[str, float], resources: TaskResources) -> int:
