@@ -133,6 +133,7 @@ class TestSet:
     buckets: Buckets
     examples: np.ndarray  # sentences whose attention is kept
     target_language: str | None
+    clusters: list[str] | None = None  # a chapter per sentence (test.groups), if written
 
 
 def load_test_set(config: Config, raw_dir: Path) -> TestSet:
@@ -147,8 +148,20 @@ def load_test_set(config: Config, raw_dir: Path) -> TestSet:
                                          config.evaluate.bootstrap_seed)  # fmt: skip
     sha = hashlib.sha256(raw).hexdigest()
     references = [t for _, t in pairs]
+    clusters = _clusters(raw_dir / "test.groups", len(pairs))
     return TestSet(test_file, sha, references, source_words, buckets, examples,
-                   _target_language(raw_dir))  # fmt: skip
+                   _target_language(raw_dir), clusters)  # fmt: skip
+
+
+def _clusters(path: Path, sentences: int) -> list[str] | None:
+    """The test sentences' cluster ids (one per line, e.g. ``book:chapter``), or None when
+    the fetch stage wrote none; a file of the wrong length is an error."""
+    if not path.exists():
+        return None
+    ids = path.read_text(encoding="utf-8").splitlines()
+    if len(ids) != sentences:
+        raise EvaluationError(f"{path}: {len(ids)} cluster ids for {sentences} test sentences")
+    return ids
 
 
 def evaluate(
@@ -175,7 +188,7 @@ def evaluate(
     with atomic_dir(out_dir) as tmp:
         write_variants(tmp, decoded, scores)
         study = study_findings(config, sweep, trained, scores.stats, test.source_words,
-                               test.buckets, scores.main)  # fmt: skip
+                               test.buckets, scores.main, test.clusters)  # fmt: skip
         study.write(tmp)
         curves = learning_curves(models_dir, trained)
         curves.to_csv(tmp / LEARNING_CURVES, index=False)
@@ -428,6 +441,27 @@ def study_table(sweep: dict, summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+COUNTED_VERDICTS = (
+    "agrees",
+    "disagrees",
+    "smaller than claimed",
+    "equivalent",
+    "inconclusive",
+    "not testable",
+)
+"""Every verdict ``metrics/test.json`` counts, found or not, so that ``dvc exp show``'s
+columns stay the same between experiments."""
+
+
+def verdict_counts(verdicts) -> dict[str, int]:
+    """How many findings got each verdict, keyed in snake_case (``smaller_than_claimed``):
+    every verdict of ``COUNTED_VERDICTS`` (0 when none got it), then any other word
+    found, so that no finding goes uncounted. All numeric."""
+    verdicts = list(verdicts)
+    words = dict.fromkeys([*COUNTED_VERDICTS, *VERDICTS, *verdicts])
+    return {str(v).replace(" ", "_"): sum(x == v for x in verdicts) for v in words}
+
+
 def headline(table: pd.DataFrame, study: StudyFindings) -> tuple[dict, dict]:
     """The study's answer, as numbers and as words.
 
@@ -450,9 +484,7 @@ def headline(table: pd.DataFrame, study: StudyFindings) -> tuple[dict, dict]:
         "best_bleu_all": rounded(by_scorer.loc[best, "bleu_all"]) if best else None,
         "bleu_inside": {s: rounded(r.bleu_inside) for s, r in by_scorer.iterrows()},
         "bleu_all": {s: rounded(r.bleu_all) for s, r in by_scorer.iterrows()},
-        "findings": {  # every verdict, so dvc exp show's columns stay the same
-            v.replace(" ", "_"): sum(x == v for x in verdicts.values()) for v in VERDICTS
-        },
+        "findings": verdict_counts(verdicts.values()),
         "failed_variants": int((table.status != "finished").sum()),
         "capped_variants": len(study.excluded),  # stopped at the step cap: not confirmatory
     }

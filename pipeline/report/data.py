@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from pipeline.artifacts import (
     COMPARISONS,
@@ -23,6 +24,7 @@ from pipeline.artifacts import (
     SWEEP_FILE,
     EvalFiles,
 )
+from pipeline.scorers import catalogue
 from pipeline.tracking.store import still_improving
 
 
@@ -63,8 +65,9 @@ class StudyData:
 
     @property
     def first_seeds(self) -> pd.DataFrame:
-        """Evaluated variants, one per configuration: the lowest seed (figures and
-        heatmaps show these; the seeds table shows the rest)."""
+        """Evaluated variants, one per configuration: the lowest seed (the attention
+        heatmaps and sample translations show these; BLEU by length shows every seed's
+        mean, :func:`length_means`)."""
         table = self.evaluated
         return table[table.seed == table.groupby("config").seed.transform("min")]
 
@@ -110,10 +113,15 @@ def _read_csv(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
+_COMPARED = ("scorer", "reverse_source", "hidden_size")
+"""The grid axes the findings compare (with the seed): twins share every other setting."""
+
+
 def _base_row(variant_id: str, info: dict[str, Any]) -> dict[str, Any]:
     model, train = info.get("model", {}), info.get("train", {})
     seed = train.get("seed", info.get("axes", {}).get("seed", 1))
     config = {k: v for k, v in {**model, **train}.items() if k != "seed"}
+    rest = {k: v for k, v in config.items() if k not in _COMPARED}
     return {
         "variant": variant_id,
         "scorer": model.get("scorer"),
@@ -121,6 +129,7 @@ def _base_row(variant_id: str, info: dict[str, Any]) -> dict[str, Any]:
         "hidden_size": model.get("hidden_size"),
         "seed": seed,
         "config": json.dumps(config, sort_keys=True),  # every setting but the seed
+        "rest": json.dumps(rest, sort_keys=True, default=str),  # and but the compared axes
         "baseline": model.get("baseline", "init_only") if model.get("scorer") == "none" else "",
         "stop_reason": info.get("stop_reason", ""),
         "plateaued": info.get("stop_reason") == "early_stopping",
@@ -146,3 +155,56 @@ def _metric_columns(metrics: dict[str, Any]) -> dict[str, Any]:
         "attention_entropy": metrics.get("attention_entropy", np.nan),
         "monotonicity_gap": metrics.get("attention_monotonicity_gap", np.nan),
     }
+
+
+LENGTH_KEYS = ["config", "scorer", "reverse_source", "hidden_size"]
+"""A configuration of the BLEU-by-length figure: every setting but the seed."""
+
+
+def length_means(by_length: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """BLEU per length bucket of each configuration: the mean over its seeds with an
+    interval that covers the seeds (mean +- t * sd / sqrt(k), k - 1 degrees of freedom;
+    the test sentences are the same for every seed). With one seed: that seed's bootstrap
+    interval over test sentences (``interval`` says which). One row per configuration and
+    bucket, buckets in their order, with the bucket's sentences and training range."""
+    columns = [
+        *LENGTH_KEYS,
+        *("bucket", "sentences", "training_range", "seeds", "seed_list"),
+        *("bleu", "low", "high", "interval"),
+    ]
+    if by_length.empty:
+        return pd.DataFrame(columns=columns)
+    buckets = list(dict.fromkeys(by_length["bucket"]))
+    rows = []
+    for keys, group in by_length.groupby([*LENGTH_KEYS, "bucket"], sort=False):
+        scored = group[group["bleu"].notna()]
+        k = len(scored)
+        row = dict(zip([*LENGTH_KEYS, "bucket"], keys))
+        row.update(
+            sentences=group["sentences"].iloc[0] if "sentences" in group else np.nan,
+            training_range=group["training_range"].iloc[0]
+            if "training_range" in group
+            else "inside",
+            seeds=k,
+            seed_list=sorted(int(s) for s in scored["seed"]),
+            bleu=float(scored["bleu"].mean()) if k else np.nan,
+        )
+        if k >= 2:
+            half = stats.t.ppf(0.5 + level / 2, k - 1) * scored["bleu"].std(ddof=1) / np.sqrt(k)
+            row.update(low=row["bleu"] - half, high=row["bleu"] + half, interval="seeds")
+        elif k == 1:
+            one = scored.iloc[0]
+            low, high = one.get("bleu_low", np.nan), one.get("bleu_high", np.nan)
+            row.update(low=low, high=high, interval="test sentences")
+        else:
+            row.update(low=np.nan, high=np.nan, interval="none")
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=columns)
+    order = {
+        "_scorer": out["scorer"].map(catalogue.order_of),
+        "_bucket": out["bucket"].map(buckets.index),
+    }
+    out = out.assign(**order).sort_values(
+        ["hidden_size", "reverse_source", "_scorer", "config", "_bucket"], kind="stable"
+    )
+    return out.drop(columns=list(order)).reset_index(drop=True)

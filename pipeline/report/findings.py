@@ -9,32 +9,69 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.study.findings import FLAT_MARGIN, LITERATURE_EFFECT
+from pipeline.study.findings import Grid
 from pipeline.study.statistics import ALPHA, POWER, format_p
 
-VERDICT_HEADERS = ["finding", "verdict", "greedy", "effect [95% CI]", "MDE (Holm level)", "seeds",
-                   "why"]  # fmt: skip
-# MDE: at the Holm level for the primary tests, at alpha for the equivalence parts
-PART_HEADERS = ["contrast", "claim", "estimate [95% CI]", "per seed", "p", "p Holm", "MDE",
-                "state"]  # fmt: skip
-RANK_HEADERS = ["rank", "scorer", "seeds", "BLEU inside [95% CI]", "BLEU all lengths [95% CI]",
-                "plateaued"]  # fmt: skip
+VERDICT_HEADERS = [
+    *("finding", "verdict", "greedy", "estimate [interval]", "effect of interest"),
+    *("power at it (planned)", "MDE", "seeds", "why"),
+]
+PART_HEADERS = [
+    *("contrast", "claim", "estimate [interval]", "level", "per seed (configuration: seeds)"),
+    *("p", "p adjusted", "MDE", "reading"),
+]
+VERDICT_CLASSES = {
+    "agrees": "v-agrees",
+    "disagrees": "v-disagrees",
+    "smaller than claimed": "v-smaller",
+    "equivalent": "v-equivalent",
+    "inconclusive": "v-none",
+    "not testable": "v-none",
+}
+"""The report's colour of each verdict (``pages``' style sheet): green, red, amber,
+blue, and grey for no answer."""
+
+
+def verdict_class(verdict: str) -> str:
+    """The CSS class of a verdict (``v-other`` for a word the report does not know)."""
+    return VERDICT_CLASSES.get(str(verdict).strip(), "v-other")
+
+
+def lengths(cut: int | None) -> str:
+    """Which test lengths "all lengths" covers: "all lengths (1-30 words inside the
+    training cut, 31+ beyond)", the cut from ``fetch.split.max_train_words``."""
+    if cut is None:
+        return "all lengths (no training length cut)"
+    return f"all lengths (1-{cut} words inside the training cut, {cut + 1}+ beyond)"
+
+
+def rank_headers(cut: int | None) -> list[str]:
+    inside = f"BLEU 1-{cut} words, inside the cut" if cut is not None else "BLEU inside"
+    bleu = [f"{inside} [95% CI]", "BLEU all lengths [95% CI]"]
+    return ["rank", "scorer", "seeds", *bleu, "chrF all lengths (mean of seeds)", "plateaued"]
+
+
 EXPLORE_HEADERS = ["comparison", "estimate [95% CI]", "seeds", "p (unadjusted)", "MDE"]
 
 METHOD = (
-    f"Every interval covers both training seeds and test sentences: per seed, the contrast of "
-    f"corpus BLEU scores (twins: equal in every other setting); its mean over seeds; a "
-    f"variance that adds the spread between seeds to a paired bootstrap over test sentences "
-    f"(stratified by length bucket); Student's t with Welch-Satterthwaite degrees of freedom. "
-    f"The main contrast of each finding was declared before the run and is Holm-adjusted "
-    f"with the others (family-wise alpha {ALPHA}). A part is supported or contradicted only "
-    f"by a significant test, so either verdict needs the same evidence. 'Flat' is an "
-    f"equivalence test (TOST) with a margin of {FLAT_MARGIN:.0%} of the model's BLEU on the "
-    f"shortest sentences. MDE: the smallest effect this design detects with {POWER:.0%} "
-    f"power at the Holm level; a finding with no significant result whose MDE exceeds the "
-    f"literature's effect ({', '.join(f'{k}: {v:g}' for k, v in LITERATURE_EFFECT.items())} "
-    f"BLEU) is not testable with this design. Variants stopped at the step cap are kept "
-    f"out of these tests."
+    "Each finding's contrast, claim and smallest effect of interest were declared before "
+    "the run. A contrast is a weighted sum of configurations' mean scores over their seeds "
+    "(BLEU, or log BLEU where a finding says so). Its interval covers training seeds and "
+    "test sentences: the seed variance, pooled over every configuration with two or more "
+    "seeds (a configuration with one seed borrows it), plus a paired bootstrap over test "
+    "sentences stratified by length bucket; Student's t with Welch-Satterthwaite degrees of "
+    "freedom. The primary parts of all findings form one family: each primary interval is "
+    f"at 1 - {ALPHA:g}/m (Bonferroni, m primary parts), so the verdicts together err with "
+    f"probability at most {ALPHA:g}; secondary parts and exploratory comparisons are at "
+    f"{1 - ALPHA:.0%}. With [L, U] the primary interval, signed so that the claimed "
+    "direction is positive, and E the effect of interest: agrees when L > 0 and U >= E; "
+    "smaller than claimed when U < E; disagrees when U < 0 (for an equivalence claim: the "
+    "interval lies wholly outside the margin); equivalent when it lies inside the margin; "
+    "inconclusive otherwise; not testable when the grid lacks the variants or the design's "
+    f"power at E, computed before the run from the grid and an earlier run's variance "
+    f"components, is below {POWER:.0%}. MDE: the smallest effect the design detects with "
+    f"{POWER:.0%} power at the interval's level. Variants stopped at the step cap are kept "
+    "out of these tests."
 )
 
 
@@ -46,44 +83,243 @@ def bleu_ci(estimate: float, low: float, high: float) -> str:
     return f"{estimate:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def unit(finding: dict[str, Any]) -> str:
+    """The units of a finding's contrast: "BLEU" or "log BLEU" (``scale``)."""
+    return "log BLEU" if finding.get("scale") == "log_bleu" else "BLEU"
+
+
+def _level(part: dict[str, Any]) -> str:
+    level = part.get("level")
+    return f"{level:.1%}" if level is not None else "95.0%"
+
+
+def effect_of_interest(finding: dict[str, Any]) -> str:
+    """The declared smallest effect of interest: "+7.57 BLEU", "within +-2 BLEU", "-"."""
+    declared = finding.get("effect_of_interest")
+    if not declared:
+        return "-"
+    if declared.get("claim") == "equivalent":
+        return f"within +-{declared['value']:g} {unit(finding)}"
+    return f"{declared['value']:+g} {unit(finding)}"
+
+
+def planned_power(finding: dict[str, Any]) -> str:
+    """The design's a-priori power at the effect of interest: "45%", "-"."""
+    design = finding.get("design")
+    return f"{design['power']:.0%}" if design and design.get("power") is not None else "-"
+
+
+def _main_part(finding: dict[str, Any]) -> dict[str, Any] | None:
+    parts = finding.get("parts") or []
+    main = parts[0] if parts else None
+    if main is None or main.get("estimate") is None or main.get("primary") is False:
+        return None
+    return main
+
+
 def verdict_rows(study: dict[str, Any]) -> list[list[str]]:
     """One line per finding: verdict under the main decoding and greedy, the main
-    contrast's effect with its interval, its MDE, seeds, and what decided it."""
+    contrast's estimate with its interval (at its level), the declared effect of
+    interest, the design's planned power at it, its MDE, seeds, and what decided it."""
     main = study["main_decoding"]
     other = {f["title"]: f["verdict"] for f in study["findings"].get("greedy", [])}
     rows = []
     for f in study["findings"][main]:
-        part = f["parts"][0] if f["parts"] and "estimate" in f["parts"][0] else None
-        effect = ci(part["estimate"], part["low"], part["high"]) if part else "-"
-        mde = f"{part['mde']:.2f}" if part else "-"
+        part = _main_part(f)
+        estimate = "-"
+        if part:
+            estimate = f"{ci(part['estimate'], part['low'], part['high'])} {unit(f)}"
+            estimate += f" ({_level(part)})"
         greedy = other.get(f["title"], "-") if main != "greedy" else "-"
-        rows.append([f["title"], f["verdict"], greedy, effect, mde,
-                     str(part["seeds"]) if part else "-", f["why"]])  # fmt: skip
+        rows.append(
+            [
+                f["title"],
+                f["verdict"],
+                greedy,
+                estimate,
+                effect_of_interest(f),
+                planned_power(f),
+                f"{part['mde']:.2f}" if part else "-",
+                str(part["seeds"]) if part else "-",
+                f["why"],
+            ]
+        )
     return rows
+
+
+def per_seed(values: dict[str, Any]) -> str:
+    """Each seed's value: per configuration ("additive-fwd-h256: s1 +28.08, s2 +27.75;
+    none-fwd-h256: s1 -9.80") or, for one set of seeds, "s1 +1.00, s2 +1.20"."""
+
+    def seeds(by_seed: dict[str, float]) -> str:
+        return ", ".join(f"s{k} {v:+.2f}" for k, v in by_seed.items())
+
+    if values and all(isinstance(v, dict) for v in values.values()):
+        return "; ".join(f"{config}: {seeds(by_seed)}" for config, by_seed in values.items())
+    return seeds(values or {})
 
 
 def part_rows(finding: dict[str, Any]) -> list[list[str]]:
     rows = []
     for p in finding["parts"]:
-        if "estimate" not in p:
-            rows.append([p["label"], p["claim"], "-", "-", "-", "-", "-", p["state"]])
+        role = "" if p.get("primary", True) else " (secondary)"
+        if p.get("estimate") is None:
+            rows.append([p["label"] + role, _claim(p, finding), *["-"] * 6, p["state"]])
             continue
-        claim = f"flat (+-{p['margin']:.2f})" if p["claim"] == "flat" else p["claim"]
-        seeds = ", ".join(f"s{k}: {v:+.2f}" for k, v in p["per_seed"].items())
-        rows.append([p["label"], claim, ci(p["estimate"], p["low"], p["high"]), seeds,
-                     format_p(p["p"]), format_p(p["p_holm"]) if p["p_holm"] is not None else "-",
-                     f"{p['mde']:.2f}", p["state"]])  # fmt: skip
+        adjusted = p.get("p_adjusted", p.get("p_holm"))
+        rows.append(
+            [
+                p["label"] + role,
+                _claim(p, finding),
+                f"{ci(p['estimate'], p['low'], p['high'])} {unit(finding)}",
+                _level(p),
+                per_seed(p.get("per_seed") or {}),
+                format_p(p["p"]),
+                format_p(adjusted) if adjusted is not None else "-",
+                f"{p['mde']:.2f}",
+                p["state"],
+            ]
+        )
     return rows
 
 
-def ranking_rows(ranking: pd.DataFrame) -> list[list[str]]:
+def _claim(part: dict[str, Any], finding: dict[str, Any] | None = None) -> str:
+    """A part's claim with its equivalence margin and smallest effect of interest:
+    "equivalent (+-2.00 BLEU)", "> 0 (effect of interest +7.57 BLEU)"."""
+    claim, units = part["claim"], unit(finding or {})
+    margin, effect = part.get("margin"), part.get("effect")
+    if margin:
+        claim += f" (+-{margin:.2f} {units})"
+    if effect is not None:
+        claim += f" (effect of interest {effect:+.2f} {units})"
+    return claim
+
+
+def ranking_rows(ranking: pd.DataFrame, chrf: dict[str, float] | None = None) -> list[list[str]]:
+    """One row per scorer of the ranking; ``chrf``: each scorer's mean chrF over the
+    same seeds (:func:`ranking_chrf`), "-" where the data has none."""
+    chrf = chrf or {}
     rows = []
     for r in ranking.itertuples():
         name = f"{r.scorer} (best, chosen on dev)" if r.reference else r.scorer
-        rows.append([r.rank, name, r.seeds, bleu_ci(r.bleu_inside, r.low_inside, r.high_inside),
-                     bleu_ci(r.bleu_all, r.low_all, r.high_all),
-                     f"{r.plateaued}/{r.seeds}"])  # fmt: skip
+        score = chrf.get(r.scorer)
+        rows.append(
+            [
+                r.rank,
+                name,
+                r.seeds,
+                bleu_ci(r.bleu_inside, r.low_inside, r.high_inside),
+                bleu_ci(r.bleu_all, r.low_all, r.high_all),
+                f"{score:.2f}" if score is not None else "-",
+                f"{r.plateaued}/{r.seeds}",
+            ]
+        )
     return rows
+
+
+def ranking_chrf(table: pd.DataFrame, ranking: pd.DataFrame) -> dict[str, float]:
+    """Each ranked scorer's chrF (all test lengths), the mean over the variants its
+    ranking row averages: the findings' configuration (:class:`Grid`: source forward,
+    the hidden size with the most seeds), the same seeds. A scorer whose variants the
+    table does not match, or whose chrF is missing, is left out."""
+    evaluated = table[table.status == "evaluated"] if "status" in table else table
+    needed = {"variant", "scorer", "reverse_source", "hidden_size", "seed", "rest", "chrf"}
+    if ranking is None or not len(ranking) or evaluated.empty or not needed <= set(evaluated):
+        return {}
+    grid = Grid(evaluated.assign(plateaued=evaluated.get("plateaued", True)))
+    chrf = evaluated.set_index("variant").chrf
+    out = {}
+    for r in ranking.itertuples():
+        systems = grid.systems(r.scorer, confirmatory=False)
+        seeds = set(json.loads(r.per_seed_inside)) if isinstance(r.per_seed_inside, str) else set()
+        scores = chrf[list(systems.values())]
+        if {str(s) for s in systems} == seeds and len(scores) and scores.notna().all():
+            out[r.scorer] = float(scores.mean())
+    return out
+
+
+def design_lines(finding: dict[str, Any]) -> list[str]:
+    """What was declared before the run, in words: the effect of interest with its source
+    and reason, and the design's planned power at it; then the finding's notes."""
+    lines = []
+    declared = finding.get("effect_of_interest")
+    if declared:
+        words = [f"Effect of interest, declared before the run: {effect_of_interest(finding)}."]
+        if declared.get("source"):
+            words.append(str(declared["source"]))
+        if declared.get("why"):
+            words.append(f"Why this size: {declared['why']}.")
+        lines.append(" ".join(words))
+    design = finding.get("design")
+    if design and design.get("power") is not None:
+        seeds = ", ".join(f"{c}: {k}" for c, k in (design.get("seeds") or {}).items())
+        needed = design.get("seeds_needed")
+        more = ""
+        if design["power"] < POWER:
+            more = (
+                f"; {needed} seeds per configuration would give {POWER:.0%}"
+                if needed
+                else f"; more than 50 seeds per configuration would be needed for {POWER:.0%}"
+            )
+        lines.append(
+            f"Design, before the run: power {design['power']:.0%} at that effect "
+            f"(seeds {seeds or '-'}{more})."
+        )
+    lines += [str(note) for note in finding.get("notes") or []]
+    return lines
+
+
+def answers(study: dict[str, Any]) -> list[str]:
+    """What the study found, in words: each finding's ``answer`` under the main
+    decoding ("<title>: <verdict>" where a finding has none)."""
+    found = study.get("findings", {}).get(study.get("main_decoding", "beam"), [])
+    return [f.get("answer") or f"{f['title']}: {f['verdict']}" for f in found]
+
+
+def best_scorer(
+    study: dict[str, Any], ranking: pd.DataFrame, comparisons: pd.DataFrame | None = None
+) -> str:
+    """The single "best" scorer (chosen on dev) with its test BLEU, qualified by its
+    test comparison with the strongest other attention scorer on test (the exploratory
+    "<other> - <best>" contrast): whether that difference is significant. "" when the
+    study has no best scorer."""
+    best = study.get("reference")
+    if not best or ranking is None or not len(ranking) or best not in set(ranking.scorer):
+        return ""
+    row = ranking.set_index("scorer").loc[best]
+    text = (
+        f"Best scorer, chosen on dev before test was read: {best}, test BLEU "
+        f"{bleu_ci(row.bleu_inside, row.low_inside, row.high_inside)} inside the training "
+        f"lengths, mean of {row.seeds} seed{'s' if row.seeds != 1 else ''}"
+    )
+    others = ranking[~ranking.scorer.isin([best, "none"])]
+    if others.empty:
+        return text + "; no other attention scorer to compare it with."
+    other = others.sort_values("bleu_inside", ascending=False).scorer.iloc[0]
+    text += f", rank {row['rank']} of {len(ranking)} on test"
+    name = f"{other} - {best}"
+    found = pd.DataFrame()
+    if comparisons is not None and len(comparisons) and "name" in comparisons:
+        main = study.get("main_decoding", "beam")
+        shown = comparisons[(comparisons.family == "exploratory") & (comparisons.decoding == main)]
+        found = shown[shown.name == name]
+    if found.empty:
+        return text + f". It was not compared with {other}, the strongest other scorer on test."
+    c = found.iloc[0]
+    difference = f"{name}: {ci(c.estimate, c.low, c.high)} BLEU"
+    only_test = "se_seed" in c and c.se_seed == 0  # no seed variance to pool: test sampling
+    sampling = ", its interval covers test sentences only" if only_test else ""
+    tested = f"exploratory, unadjusted p {format_p(c.p)}{sampling}"
+    if c.high < 0:
+        verdict = f"significantly above {other}, the strongest other scorer on test"
+    elif c.low > 0:
+        verdict = f"significantly below {other}, the strongest other scorer on test"
+    else:
+        verdict = (
+            f"not significantly different from {other}, the strongest other scorer on test, "
+            "so the test data do not single it out"
+        )
+    return f"{text}. It is {verdict} ({difference}; {tested})."
 
 
 def exploratory_rows(comparisons: pd.DataFrame, decoding: str) -> list[list[str]]:
@@ -109,9 +345,9 @@ def _updates(evaluated: pd.DataFrame) -> str:
 
 
 def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) -> str:
-    """The first sentence of the report: the best scorer (chosen on dev) with its test
-    BLEU, how many variants converged, and which verdicts depend on decoding."""
-    best = study.get("reference")
+    """The sentence after the study's answers (:func:`answers`): a warning when most
+    variants did not converge, how many variants converged, and which verdicts depend on
+    decoding. (The best scorer is further down: :func:`best_scorer`.)"""
     parts = []
     evaluated = table[table.status == "evaluated"]
     capped = study.get("excluded_from_confirmatory") or []
@@ -120,13 +356,6 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
             f"UNCONVERGED: {len(capped)} of {len(evaluated)} variants stopped at the step cap "
             "before their dev loss plateaued; these numbers are for trying the pipeline, not "
             "for conclusions"
-        )
-    if best and len(ranking):
-        row = ranking.set_index("scorer").loc[best]
-        parts.append(
-            f"Best scorer (chosen on dev before test was read): {best}, test BLEU "
-            f"{bleu_ci(row.bleu_inside, row.low_inside, row.high_inside)} inside the training "
-            f"lengths, mean of {row.seeds} seed{'s' if row.seeds != 1 else ''}"
         )
     parts.append(
         f"{len(evaluated) - len(capped)} of {len(evaluated)} variants trained until their dev "

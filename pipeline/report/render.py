@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -19,16 +20,17 @@ from pipeline.artifacts import EvalFiles
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config
 from pipeline.io import atomic_dir, write_json
-from pipeline.report.data import StudyData, load_study
+from pipeline.report.data import StudyData, length_means, load_study
 from pipeline.report.figures import (
     bleu_by_length_figure,
     forest_figure,
     heatmap_comparison_figure,
     learning_curves_figure,
 )
+from pipeline.report.findings import lengths, ranking_chrf
 from pipeline.report.samples import sample_translations
 from pipeline.scorers import catalogue
-from pipeline.tracking.provenance import git_commit, machine
+from pipeline.tracking.provenance import machine
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +41,8 @@ TABLE_COLUMNS = {
     "hidden_size": "hidden",
     "parameters": "parameters",
     "seed": "seed",
-    "bleu_ci": "BLEU [95% CI]",
-    "chrf": "chrF",
+    "bleu_ci": "test BLEU, all lengths [95% CI]",
+    "chrf": "test chrF, all lengths",
     "best_dev_bleu": "best dev BLEU",
     "epochs_run": "epochs",
     "converged": "stopped",
@@ -50,8 +52,17 @@ TABLE_COLUMNS = {
 }
 
 
+def table_headers(cut: int | None) -> list[str]:
+    """The all-variants table's headers; the score columns say which test lengths they
+    cover (``fetch.split.max_train_words``: inside the training cut and beyond)."""
+    covered = lengths(cut)
+    names = dict(TABLE_COLUMNS, bleu_ci=f"test BLEU, {covered} [95% CI]", chrf="test chrF")
+    return list(names.values())
+
+
 def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
-    """Panels for the longest attention example, at the largest hidden size."""
+    """Panels for the longest attention example, at the largest hidden size: one per
+    configuration (its lowest seed), titled by scorer and source order."""
     examples = data.evaluation.get("attention_examples") or []
     table = data.first_seeds[data.first_seeds.scorer != "none"]  # one panel per configuration
     if not examples or table.empty:
@@ -67,15 +78,23 @@ def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
             matrix = arrays[sentence]
         pieces = json.loads(EvalFiles(folder).attention_pieces.read_text())[sentence]
         target = pieces["target"][: len(matrix)]
+        order = "reversed source" if row.reverse_source else "forward source"
+        label = f"{row.scorer}, {order}"
+        if rows.seed.nunique() > 1:
+            label += f", seed {row.seed}"
         panels.append(
             {
-                "label": row.variant,
+                "label": label,
                 "matrix": matrix[: len(target)],
                 "source": pieces["source"],
                 "target": target,
             }
         )
-    title = f"Test {sentence.replace('_', ' ')} ({len(panels[0]['source']) - 1} source subwords)"
+    seeds = f", seed {rows.seed.iloc[0]}" if rows.seed.nunique() == 1 else ""
+    title = (
+        f"Test {sentence.replace('_', ' ')} ({len(panels[0]['source']) - 1} source subwords), "
+        f"hidden size {size}{seeds}"
+    )
     return panels, title
 
 
@@ -136,9 +155,36 @@ def numerics(table: pd.DataFrame) -> str:
     return "; ".join(parts) + " (weights, optimizer and loss in fp32; TF32 off on GPUs)"
 
 
+PIPELINE_OUTPUTS = ("dvc.lock", "metrics", "reports")
+"""Committed files the pipeline itself rewrites: a change there is a result, not a change
+to what produced it."""
+
+
+def commit_state(root: Path) -> str:
+    """The commit the report was built from: "abc1234def56", or "abc1234def56 + uncommitted
+    changes" when a tracked file other than the pipeline's own outputs
+    (``PIPELINE_OUTPUTS``) differs from it (code, params); "unknown" outside git."""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        if head.returncode != 0:
+            return "unknown"
+        excluded = [f":(exclude){path}" for path in PIPELINE_OUTPUTS]
+        status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if status.returncode != 0:
+        return f"{head.stdout.strip()} (uncommitted changes unknown)"
+    dirty = " + uncommitted changes" if status.stdout.strip() else ""
+    return head.stdout.strip() + dirty
+
+
 def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> dict[str, Any]:
     return {
-        "git commit": git_commit(root),
+        "git commit": commit_state(root),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "data hash (sha256 of data/tok)": data.sweep.get("data_hash", "unknown"),
         "corpus": data.corpus.get("source", {}),
@@ -171,13 +217,15 @@ def build_report(
         figures = tmp / "figures"
         figures.mkdir()
         written: dict[str, str] = {}
-        if not data.by_length.empty:
-            first = data.by_length[data.by_length.variant.isin(data.first_seeds.variant)]
-            bleu_by_length_figure(first, figures / "bleu_by_length")
+        means = length_means(data.by_length)
+        if not means.empty:
+            bleu_by_length_figure(means, data.by_length, figures / "bleu_by_length")
             written["bleu_by_length"] = "figures/bleu_by_length"
         shown = data.comparisons[data.comparisons.decoding == main] if len(data.comparisons) else []
         if len(shown):
-            forest_figure(shown, figures / "differences")
+            forest_figure(
+                forest_rows(shown, data.findings["findings"][main]), figures / "differences"
+            )
             written["differences"] = "figures/differences"
         if len(data.curves) and "dev_bleu" in data.curves:
             learning_curves_figure(data.curves, data.evaluated, figures / "learning_curves")
@@ -197,7 +245,10 @@ def build_report(
             "table": data.table,
             "figures": written,
             "heatmap_title": title,
-            "headers": list(TABLE_COLUMNS.values()),
+            "headers": table_headers(config.fetch.split.max_train_words),
+            "cut": config.fetch.split.max_train_words,
+            "length_means": means,
+            "chrf": ranking_chrf(data.table, data.ranking),
             "rows": _table_rows(table),
             "failed": table[table.status == "failed"][["variant", "error"]].values.tolist(),
             "provenance": provenance(config, root, data, infra.tracking.experiment),
@@ -216,6 +267,28 @@ def build_report(
         "findings": {f["title"]: f["verdict"] for f in data.findings["findings"][main]},
         "plateaued": f"{context['convergence']['plateaued']}/{len(data.evaluated)}",
     }
+
+
+def forest_rows(comparisons: pd.DataFrame, findings: list[dict[str, Any]]) -> pd.DataFrame:
+    """The forest plot's rows: ``comparisons`` with each finding part's ``margin`` and
+    ``effect`` (``findings.json``) where the table lacks them, matched by finding and
+    part label (exploratory rows have neither), and each row's ``scale`` (its finding's:
+    BLEU or log BLEU; exploratory rows: BLEU)."""
+    parts = {(f["title"], p["label"]): p for f in findings for p in f.get("parts", [])}
+    scales = {f["title"]: f.get("scale", "bleu") for f in findings}
+    rows = comparisons.copy()
+    own = [r.family != "exploratory" for r in rows.itertuples()]
+    for column in ("margin", "effect"):
+        given = rows[column] if column in rows else pd.Series(np.nan, index=rows.index)
+        found = [
+            parts.get((r.finding, r.comparison), {}).get(column) if mine else None
+            for r, mine in zip(rows.itertuples(), own)
+        ]
+        rows[column] = given.where(given.notna(), pd.Series(found, index=rows.index, dtype=float))
+    rows["scale"] = [
+        scales.get(r.finding, "bleu") if mine else "bleu" for r, mine in zip(rows.itertuples(), own)
+    ]
+    return rows
 
 
 def convergence(data: StudyData) -> dict[str, Any]:

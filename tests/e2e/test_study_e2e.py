@@ -270,8 +270,9 @@ def test_failed_variants_are_reported_not_fatal(project):
     curves = pd.read_csv(root / "eval" / "learning_curves.csv")
     assert set(curves.variant) == set(summary[summary.status == "evaluated"].variant)
     sections = (
-        "## The answer",
-        "## Paired differences",
+        "## Verdicts",
+        "## Scorers ranked",
+        "## Differences",
         "## Findings in detail",
         "## Learning curves",
         "## Sample translations",
@@ -279,9 +280,14 @@ def test_failed_variants_are_reported_not_fatal(project):
     )
     for section in sections:
         assert section in readme, section
-    answer = readme.split("## The answer")[1].split("## ")[0]
-    assert "Best scorer (chosen on dev" in answer
-    verdicts = re.findall(r"\| (agrees|disagrees|inconclusive|not testable) \|", answer)
+    # the report opens with the study's answer, one line per finding (cosine's too)
+    opening = readme.split("\n\n")[1].splitlines()
+    assert len(opening) == 6 and all(line.startswith("- ") for line in opening)
+    ranked = readme.split("## Scorers ranked")[1].split("## ")[0]
+    assert "Best scorer, chosen on dev" in ranked
+    words = "agrees|disagrees|smaller than claimed|equivalent|inconclusive|not testable"
+    table = readme.split("## Verdicts")[1].split("## ")[0]
+    verdicts = re.findall(rf"\| ({words}) \|", table)
     assert len(verdicts) == 6  # length, attention, reversal, scorer, hidden size; cosine
 
 
