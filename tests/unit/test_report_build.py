@@ -1,0 +1,230 @@
+"""The report stage end to end on synthetic evaluate outputs with the findings' newer fields
+(``answer``, a part's ``effect``, the new verdict words): every figure and page is written,
+the pages open with the answers, BLEU by length is the seeds' mean, and the table and
+provenance say what they cover and where they came from. No training, no MLflow."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.artifacts import EvalFiles
+from pipeline.config import load_config
+from pipeline.config.infra import Infra
+from pipeline.report import render
+from tests.support import tiny_params, write_params
+
+BUCKETS = [("1-5", "inside"), ("6-10", "inside"), ("11+", "beyond")]
+SCORERS = ("none", "additive")
+SEEDS = (1, 2)
+
+
+def variant_id(scorer: str, seed: int) -> str:
+    return f"{scorer}-fwd-h16-s{seed}"
+
+
+def write_study(root):
+    """models/sweep.json and eval/ as the train and evaluate stages write them."""
+    models, out = root / "models", root / "eval"
+    models.mkdir()
+    variants, summary, curves = {}, {}, []
+    for scorer in SCORERS:
+        for seed in SEEDS:
+            vid = variant_id(scorer, seed)
+            variants[vid] = {
+                "model": {"scorer": scorer, "reverse_source": False, "hidden_size": 16},
+                "train": {"seed": seed, "max_steps": 100},
+                "axes": {"scorer": scorer, "seed": seed},
+                "status": "finished",
+                "stop_reason": "early_stopping",
+                "best_dev_bleu": 10.0 + seed,
+                "steps": 50,
+                "epochs_run": 2,
+            }
+            base = 20.0 if scorer == "additive" else 5.0
+            by_length = [
+                {
+                    "bucket": b,
+                    "sentences": 20,
+                    "training_range": where,
+                    "bleu": base - 2 * i + seed,
+                    "bleu_low": base - 2 * i + seed - 1,
+                    "bleu_high": base - 2 * i + seed + 1,
+                }
+                for i, (b, where) in enumerate(BUCKETS)
+            ]
+            files = EvalFiles(out / vid)
+            files.folder.mkdir(parents=True)
+            metrics = {
+                "bleu": base + seed,
+                "bleu_low": base,
+                "bleu_high": base + 2,
+                "chrf": 30.0 + base + seed,
+                "by_length": by_length,
+            }
+            files.metrics.write_text(json.dumps(metrics))
+            files.hypotheses.write_text("a b\n" * 60)
+            source, target = ["▁a", "▁b", "</s>"], ["▁A", "▁B", "</s>"]
+            with open(files.attention, "wb") as handle:
+                np.savez(handle, sentence_3=np.full((3, 3), 1 / 3))
+            files.attention_pieces.write_text(
+                json.dumps({"sentence_3": {"source": source, "target": target}})
+            )
+            summary[vid] = {"bleu": base + seed}
+            curves += [
+                {"variant": vid, "epoch": e, "wall_time": 30.0 * e, "dev_bleu": e + seed}
+                for e in (1, 2)
+            ]
+    (models / "sweep.json").write_text(json.dumps({"variants": variants, "data_hash": "x"}))
+    (out / "summary.json").write_text(
+        json.dumps({"variants": summary, "signature": "sig", "attention_examples": [3]})
+    )
+    pd.DataFrame(curves).to_csv(out / "learning_curves.csv", index=False)
+    part = {
+        "label": "additive - none",
+        "claim": "> 0",
+        "state": "agrees",
+        "primary": True,
+        "effect": 2.0,
+        "margin": 0.0,
+        "p_adjusted": 0.01,
+        "estimate": 15.0,
+        "low": 14.0,
+        "high": 16.0,
+        "level": 0.975,
+        "p": 0.005,
+        "mde": 1.0,
+        "seeds": 2,
+        "per_seed": {"additive-fwd-h16": {"1": 21.0, "2": 22.0}, "none-fwd-h16": {"1": -6.0}},
+    }
+    scorer = dict(
+        part,
+        label="additive - none, all",
+        claim="equivalent",
+        state="equivalent",
+        margin=0.5,
+        effect=None,
+        estimate=0.1,
+        low=-0.2,
+        high=0.3,
+    )
+    declared = {"claim": "> 0", "value": 2.0, "source": "A paper.", "why": "its gain"}
+    design = {"power": 0.9, "seeds": {"additive-fwd-h16": 2, "none-fwd-h16": 2}, "seeds_needed": 2}
+    findings = [
+        {
+            "title": "Attention",
+            "literature": "p",
+            "criterion": "c",
+            "verdict": "agrees",
+            "why": "w",
+            "answer": "Attention: agrees with the literature.",
+            "scale": "bleu",
+            "effect_of_interest": declared,
+            "design": design,
+            "notes": [],
+            "parts": [part],
+        },
+        {
+            "title": "Scorer",
+            "literature": "p",
+            "criterion": "c",
+            "verdict": "equivalent",
+            "why": "w",
+            "answer": "",
+            "scale": "log_bleu",
+            "effect_of_interest": None,
+            "design": None,
+            "notes": ["A note."],
+            "parts": [scorer],
+        },
+    ]
+    (out / "findings.json").write_text(
+        json.dumps(
+            {
+                "main_decoding": "beam",
+                "reference": "additive",
+                "excluded_from_confirmatory": [],
+                "decoding_dependent": [],
+                "findings": {"beam": findings},
+            }
+        )
+    )
+    rows = []
+    for f in findings:
+        for p in f["parts"]:
+            rows.append(
+                {
+                    "family": "primary",
+                    "finding": f["title"],
+                    "comparison": p["label"],
+                    "name": p["label"],
+                    "margin": p["margin"],
+                    "decoding": "beam",
+                    **{k: p[k] for k in ("estimate", "low", "high", "p", "mde", "seeds")},
+                    "per_seed": json.dumps(p["per_seed"]),
+                }
+            )
+    pd.DataFrame(rows).to_csv(out / "comparisons.csv", index=False)
+    ranking = [
+        {
+            "rank": i + 1,
+            "scorer": s,
+            "seeds": 2,
+            "reference": s == "additive",
+            "plateaued": 2,
+            "bleu_inside": b,
+            "low_inside": b - 1,
+            "high_inside": b + 1,
+            "per_seed_inside": json.dumps({"1": b, "2": b}),
+            "bleu_all": b,
+            "low_all": b - 1,
+            "high_all": b + 1,
+            "per_seed_all": "{}",
+            "decoding": "beam",
+        }
+        for i, (s, b) in enumerate((("additive", 21.5), ("none", 6.5)))
+    ]
+    pd.DataFrame(ranking).to_csv(out / "ranking.csv", index=False)
+    return models, out
+
+
+@pytest.fixture
+def report(tmp_path, monkeypatch):
+    monkeypatch.setattr(render, "log_report", lambda *args: None)  # no MLflow here
+    params = tiny_params(tmp_path, grid={"scorer": list(SCORERS)})
+    params["fetch"]["split"]["max_train_words"] = 10
+    config = load_config(write_params(tmp_path / "params.yaml", params))
+    models, out = write_study(tmp_path)
+    render.build_report(
+        config,
+        Infra.default(tmp_path),
+        tmp_path,
+        models,
+        out,
+        tmp_path / "raw",
+        tmp_path / "reports",
+    )
+    return tmp_path / "reports"
+
+
+def test_the_report_is_built_from_the_newer_findings(report):
+    for name in ("bleu_by_length", "differences", "learning_curves", "attention_heatmaps"):
+        assert (report / "figures" / f"{name}.svg").is_file(), name
+    readme = (report / "README.md").read_text()
+    lines = readme.splitlines()
+    assert lines[2:4] == ["- Attention: agrees with the literature.", "- Scorer: equivalent"]
+    assert readme.index("Best scorer") > readme.index("## Verdicts")
+    assert "all lengths (1-10 words inside the training cut, 11+ beyond)" in readme
+    assert "| 1 | additive (best, chosen on dev) | 2 | 21.50 [20.50, 22.50] |" in readme
+    assert "| 51.50 |" in readme  # additive's chrF, the mean of its two seeds
+    # BLEU by length: the mean of the seeds (21 and 22 on the first bucket), not seed 1
+    assert "| additive, forward, h16 | 1-2 | seeds | 21.5 [" in readme
+    commit = json.loads(readme.split("```json", 1)[1].split("```", 1)[0])["git commit"]
+    assert commit == "unknown"  # tmp_path is no git repository
+    assert "Effect of interest, declared before the run: +2 BLEU. A paper." in readme
+    assert "\nA note.\n" in readme
+    page = (report / "index.html").read_text()
+    assert "<span class='v-equivalent'>equivalent</span>" in page

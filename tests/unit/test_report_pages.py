@@ -1,0 +1,324 @@
+"""The report's pages never claim more than the numbers show: they open with what the study
+found for each question, qualify the single best scorer by its test comparison with the
+runner-up, colour every verdict word, say which lengths the variants' scores cover, put
+chrF beside BLEU, and name the commit they were built from (and whether it was clean)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pandas as pd
+import pytest
+
+from pipeline.report.findings import (
+    answers,
+    best_scorer,
+    lengths,
+    rank_headers,
+    ranking_chrf,
+    ranking_rows,
+    verdict_class,
+)
+from pipeline.report.pages import render_html, render_markdown, variants_caption
+from pipeline.report.render import PIPELINE_OUTPUTS, commit_state, table_headers
+
+
+def finding(title: str, verdict: str, answer: str | None = None, effect=None) -> dict:
+    """A finding as ``eval/findings.json`` holds it (``pipeline.study.findings``)."""
+    part = {
+        "label": f"{title.lower()} part",
+        "claim": "> 0",
+        "state": verdict,
+        "primary": True,
+        "effect": effect,
+        "margin": 0.0,
+        "p_adjusted": 0.2,
+        "estimate": 0.4,
+        "low": -0.3,
+        "high": 1.1,
+        "level": 0.99,
+        "p": 0.1,
+        "mde": 1.2,
+        "seeds": 3,
+        "per_seed": {"a-fwd-h8": {"1": 10.3, "2": 10.4}, "b-fwd-h8": {"1": -9.9, "3": -10.0}},
+    }
+    found = {
+        "title": title,
+        "literature": "a paper",
+        "criterion": "a test",
+        "verdict": verdict,
+        "why": "a reason",
+        "scale": "bleu",
+        "effect_of_interest": None
+        if effect is None
+        else {"claim": "> 0", "value": effect, "source": "The paper, Table 1.", "why": "its gain"},
+        "design": {"power": 0.45, "seeds": {"a-fwd-h8": 2, "b-fwd-h8": 2}, "seeds_needed": 6},
+        "notes": [],
+        "parts": [part],
+    }
+    if answer is not None:
+        found["answer"] = answer
+    return found
+
+
+def study() -> dict:
+    beam = [
+        finding("Attention", "agrees", "Attention helps: +18 BLEU over none.", effect=2.0),
+        finding("Scorer", "smaller than claimed", "Additive beats general by less than claimed."),
+        finding("Reversal", "equivalent", "Reversing the source changes nothing that matters."),
+        finding("Length", "inconclusive"),  # no answer: the title and verdict stand in
+        finding("Hidden size", "not testable", ""),
+        finding("Depth", "disagrees", "Deeper encoders translate worse, against the claim."),
+    ]
+    return {
+        "main_decoding": "beam",
+        "reference": "additive",
+        "excluded_from_confirmatory": [],
+        "decoding_dependent": [],
+        "findings": {"beam": beam},
+    }
+
+
+def ranking() -> pd.DataFrame:
+    rows = [
+        ("general", False, 27.80),
+        ("additive", True, 27.79),
+        ("dot", False, 26.0),
+        ("none", False, 9.8),
+    ]
+    return pd.DataFrame(
+        [
+            {
+                "rank": i + 1,
+                "scorer": s,
+                "seeds": 3,
+                "reference": ref,
+                "plateaued": 3,
+                "bleu_inside": b,
+                "low_inside": b - 1,
+                "high_inside": b + 1,
+                "per_seed_inside": json.dumps({"1": b, "2": b, "3": b}),
+                "bleu_all": b - 3,
+                "low_all": b - 4,
+                "high_all": b - 2,
+                "decoding": "beam",
+            }
+            for i, (s, ref, b) in enumerate(rows)
+        ]
+    )
+
+
+def comparisons(low: float = -1.2, high: float = 1.2) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "family": "exploratory",
+                "finding": "",
+                "comparison": "vs reference",
+                "name": "general - additive",
+                "estimate": (low + high) / 2,
+                "low": low,
+                "high": high,
+                "p": 0.98,
+                "mde": 2.0,
+                "seeds": 3,
+                "per_seed": "{}",
+                "decoding": "beam",
+            }
+        ]
+    )
+
+
+def variant_table() -> pd.DataFrame:
+    rows = []
+    for scorer, chrf in (("general", 42.0), ("additive", 43.0), ("dot", 41.0), ("none", 25.0)):
+        for seed in (1, 2, 3):
+            rows.append(
+                {
+                    "variant": f"{scorer}-fwd-h8-s{seed}",
+                    "scorer": scorer,
+                    "reverse_source": False,
+                    "hidden_size": 8,
+                    "seed": seed,
+                    "rest": "{}",
+                    "plateaued": True,
+                    "status": "evaluated",
+                    "chrf": chrf + seed,
+                    "steps": 100,
+                    "config": "{}",
+                }
+            )
+    rows.append(dict(rows[0], variant="general-fwd-h4-s1", hidden_size=4, chrf=10.0))
+    return pd.DataFrame(rows)
+
+
+def context(**changes) -> dict:
+    base = {
+        "title": "Tiny study",
+        "study": study(),
+        "comparisons": comparisons(),
+        "table": variant_table(),
+        "figures": {},
+        "heatmap_title": "",
+        "headers": table_headers(30),
+        "rows": [],
+        "failed": [],
+        "provenance": {"git commit": "abc1234def56 + uncommitted changes"},
+        "params": {},
+        "length_means": pd.DataFrame(),
+        "ranking": ranking(),
+        "chrf": {"general": 44.0, "additive": 45.0},
+        "samples": [],
+        "cut": 30,
+    }
+    return {**base, **changes}
+
+
+ANSWERS = [
+    "Attention helps: +18 BLEU over none.",
+    "Additive beats general by less than claimed.",
+    "Reversing the source changes nothing that matters.",
+    "Length: inconclusive",
+    "Hidden size: not testable",
+    "Deeper encoders translate worse, against the claim.",
+]
+
+
+def test_answers_in_words_with_the_title_and_verdict_where_a_finding_has_none():
+    assert answers(study()) == ANSWERS
+
+
+def test_the_markdown_report_opens_with_the_answers_then_qualifies_the_best_scorer():
+    text = render_markdown(context())
+    lines = text.splitlines()
+    assert lines[0] == "# Tiny study" and lines[1] == ""
+    assert lines[2 : 2 + len(ANSWERS)] == [f"- {a}" for a in ANSWERS]
+    assert not text.startswith("Best") and text.index("Best scorer") > text.index("## Verdicts")
+    best = next(line for line in lines if line.startswith("Best scorer"))
+    assert "not significantly different from general" in best
+    assert "general - additive: +0.00 [-1.20, +1.20] BLEU" in best
+    assert "rank 2 of 4 on test" in best
+
+
+def test_the_web_page_opens_with_the_answers():
+    page = render_html(context())
+    body = page.split("<body>", 1)[1]
+    first = re.search(r"<h1>.*?</h1>\s*(<[a-z]+[^>]*>.*?</ul>)", body, re.S).group(1)
+    assert first.startswith("<ul class='answers'>")
+    assert re.findall(r"<li>(.*?)</li>", first) == [a.replace("'", "&#x27;") for a in ANSWERS]
+    assert page.index("Best scorer") > page.index("id='verdicts'")
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "says"),
+    [
+        (-1.2, 1.2, "not significantly different from general"),
+        (-2.0, -0.5, "significantly above general"),
+        (0.5, 2.0, "significantly below general"),
+    ],
+)
+def test_the_best_scorer_is_qualified_by_its_test_comparison_with_the_runner_up(low, high, says):
+    text = best_scorer(study(), ranking(), comparisons(low, high))
+    assert text.startswith("Best scorer, chosen on dev before test was read: additive")
+    assert says in text and "exploratory, unadjusted" in text
+
+
+def test_a_best_scorer_never_compared_with_the_runner_up_says_so():
+    text = best_scorer(study(), ranking(), comparisons().iloc[:0])
+    assert "It was not compared with general" in text and "significant" not in text
+    assert best_scorer({**study(), "reference": None}, ranking(), comparisons()) == ""
+
+
+def test_every_verdict_word_has_its_colour():
+    classes = {
+        v: verdict_class(v)
+        for v in (
+            "agrees",
+            "disagrees",
+            "smaller than claimed",
+            "equivalent",
+            "inconclusive",
+            "not testable",
+        )
+    }
+    assert len(set(classes.values()) - {"v-none"}) == 4  # no answer: one grey
+    assert classes["inconclusive"] == classes["not testable"] == "v-none"
+    assert verdict_class("something new") == "v-other"
+    page = render_html(context())
+    for verdict, css in classes.items():
+        assert f"<td class='{css}'>{verdict}</td>" in page
+        assert f".{css}{{" in page or f".{css}," in page  # styled
+    assert "<span class='v-smaller'>smaller than claimed</span>" in page
+
+
+def test_each_finding_states_its_effect_of_interest_and_planned_power():
+    text = render_markdown(context())
+    assert "| Attention | agrees | - | +0.40 [-0.30, +1.10] BLEU (99.0%) | +2 BLEU | 45% |" in text
+    assert "> 0 (effect of interest +2.00 BLEU)" in text
+    assert "Effect of interest, declared before the run: +2 BLEU. The paper, Table 1." in text
+    assert "Design, before the run: power 45% at that effect (seeds a-fwd-h8: 2, " in text
+    assert "6 seeds per configuration would give 80%" in text
+    # each configuration's seeds: independent draws, never differenced seed by seed
+    assert "a-fwd-h8: s1 +10.30, s2 +10.40; b-fwd-h8: s1 -9.90, s3 -10.00" in text
+
+
+def test_a_part_table_reads_an_equivalence_margin_and_a_log_scale():
+    equivalent = finding("Scorer", "equivalent")
+    equivalent["parts"][0].update(claim="equivalent", margin=2.0, effect=None)
+    equivalent["scale"] = "log_bleu"
+    study_ = {**study(), "findings": {"beam": [equivalent]}}
+    text = render_markdown(context(study=study_))
+    assert "| scorer part | equivalent (+-2.00 log BLEU) | +0.40 [-0.30, +1.10] log BLEU |" in text
+
+
+def test_the_variants_table_says_which_lengths_its_scores_cover():
+    assert lengths(30) == "all lengths (1-30 words inside the training cut, 31+ beyond)"
+    assert lengths(25) == "all lengths (1-25 words inside the training cut, 26+ beyond)"
+    assert lengths(None) == "all lengths (no training length cut)"
+    headers = table_headers(25)
+    bleu = headers.index(f"test BLEU, {lengths(25)} [95% CI]")
+    assert headers[bleu + 1] == "test chrF"  # beside it
+    assert lengths(25) in variants_caption(25)
+    text = render_markdown(context(cut=25, headers=headers))
+    assert variants_caption(25) in text.split("## All variants", 1)[1]
+
+
+def test_the_ranking_shows_the_seed_mean_chrf_beside_bleu():
+    headers = rank_headers(30)
+    assert headers[3] == "BLEU 1-30 words, inside the cut [95% CI]"
+    assert headers[4:6] == ["BLEU all lengths [95% CI]", "chrF all lengths (mean of seeds)"]
+    chrf = ranking_chrf(variant_table(), ranking())
+    assert chrf == {"general": 44.0, "additive": 45.0, "dot": 43.0, "none": 27.0}
+    rows = ranking_rows(ranking(), {"general": 44.0})
+    assert rows[0][5] == "44.00" and rows[1][5] == "-"  # where the data has none: "-"
+
+
+def test_chrf_is_left_out_where_the_ranking_averages_other_seeds():
+    changed = ranking()
+    changed.loc[0, "per_seed_inside"] = json.dumps({"1": 1.0, "2": 1.0})
+    assert "general" not in ranking_chrf(variant_table(), changed)
+
+
+def git(root, *args: str) -> str:
+    command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(command, cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+def test_provenance_names_the_commit_and_whether_the_tree_had_changes(tmp_path):
+    assert commit_state(tmp_path) == "unknown"  # not a git repository
+    git(tmp_path, "init", "-q")
+    for name in ("params.yaml", *(f"{p}/x" if "." not in p else p for p in PIPELINE_OUTPUTS)):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("1\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "study")
+    head = git(tmp_path, "rev-parse", "--short=12", "HEAD").strip()
+    assert commit_state(tmp_path) == head
+    (tmp_path / "dvc.lock").write_text("2\n")  # the pipeline's own outputs: still clean
+    (tmp_path / "metrics" / "x").write_text("2\n")
+    (tmp_path / "untracked.py").write_text("2\n")
+    assert commit_state(tmp_path) == head
+    (tmp_path / "params.yaml").write_text("2\n")
+    assert commit_state(tmp_path) == f"{head} + uncommitted changes"
