@@ -72,8 +72,8 @@ def bleu_by_length_figure(means, by_length, path: Path) -> list[Path]:
     extrapolation. ``by_length``: the per-seed rows, for the panels' titles."""
     panels = sorted(means.groupby(["hidden_size", "reverse_source"]).groups)
     colours = _colours(means["scorer"].unique())
-    size = (5.2 * len(panels), 4.0)
-    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False, sharey=True)
+    figsize = (5.2 * len(panels), 4.0)
+    fig, axes = plt.subplots(1, len(panels), figsize=figsize, squeeze=False, sharey=True)
     labels = list(dict.fromkeys(means["bucket"]))
     ranges = dict(zip(means["bucket"], means["training_range"]))
     beyond = [i for i, b in enumerate(labels) if ranges.get(b) == "beyond"]
