@@ -266,7 +266,9 @@ def test_failed_variants_are_reported_not_fatal(project):
     ).all()
     findings = json.loads((root / "eval" / "findings.json").read_text())
     assert findings["reference"] == "additive" and findings["main_decoding"] == "beam"
-    assert all("plateaued twins" in f["why"] for f in findings["findings"]["beam"])
+    # one seed, stopped at the cap: no finding has the plateaued twins it needs
+    beam = findings["findings"]["beam"]
+    assert all(f["verdict"] == "not testable" and "plateau" in f["why"] for f in beam)
     curves = pd.read_csv(root / "eval" / "learning_curves.csv")
     assert set(curves.variant) == set(summary[summary.status == "evaluated"].variant)
     sections = (
