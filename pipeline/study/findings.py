@@ -62,7 +62,6 @@ VERDICTS = (
 )
 LITERATURE_EFFECT = {title: effect.value for title, effect in EFFECTS.items()}
 """Each finding's effect of interest, by title (:data:`~pipeline.study.declarations.EFFECTS`)."""
-FLAT_MARGIN = 0.10  # TEMPORARY: read by the report until it reads each part's margin
 PAPER_BASELINE_RATIO = 13.93 / 21.50
 """Bahdanau et al. 2014, Table 1: RNNencdec-30's BLEU over RNNsearch-30's."""
 
@@ -334,13 +333,15 @@ def declare(grid: Grid) -> list[tuple[Finding, list[Spec]]]:
             REVERSAL,
             [
                 _difference("none reversed - forward", "> 0", NONE_REV, NONE),
-                _change(
+                Spec(
                     "none's reversal gain minus additive's",
                     "> 0",
-                    NONE_REV,
-                    ADDITIVE_REV,
-                    "inside",
-                    "inside",
+                    (
+                        (1, NONE_REV, "inside"),
+                        (-1, NONE, "inside"),
+                        (-1, ADDITIVE_REV, "inside"),
+                        (1, ADDITIVE, "inside"),
+                    ),
                     primary=False,
                 ),
             ],

@@ -126,6 +126,14 @@ def test_every_finding_agrees_when_the_data_say_so():
     assert verdicts["Hidden size"] == "not testable"  # one size in the grid
 
 
+def test_the_reversal_interaction_compares_both_models_gains():
+    findings, _ = _study(good)  # none gains 6 from reversal, additive nothing
+    interaction = findings["Reversal"].parts[1]
+    assert not interaction.primary and interaction.estimate.se > 0
+    assert interaction.estimate.estimate == pytest.approx(6.0, abs=0.5)
+    assert interaction.state == "agrees"
+
+
 def test_every_finding_disagrees_when_the_data_say_the_opposite():
     verdicts = _verdicts(bad)
     assert verdicts == {
