@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 from tqdm import tqdm
 
 from pipeline.artifacts import (
@@ -356,7 +357,9 @@ def configurations(sweep: dict, variants) -> dict[str, str]:
 def length_plot_table(metrics: dict, sweep: dict) -> pd.DataFrame:
     """BLEU per length bucket, the mean over seeds of each configuration: one line per
     configuration in ``dvc plots show``, coloured by scorer; with each bucket's test
-    sentences and whether its lengths were inside the training lengths."""
+    sentences, whether its lengths were inside the training lengths, and a 95% interval
+    (``low``, ``high``): over the seeds (mean +- t * sd / sqrt(k)), or with one seed its
+    bootstrap interval over the bucket's sentences (test sampling only)."""
     names = configurations(sweep, metrics)
     rows = [
         {
@@ -366,14 +369,27 @@ def length_plot_table(metrics: dict, sweep: dict) -> pd.DataFrame:
             "sentences": entry["sentences"],
             "training_range": entry["training_range"],
             "bleu": entry["bleu"],
+            "bleu_low": entry.get("bleu_low", float("nan")),
+            "bleu_high": entry.get("bleu_high", float("nan")),
         }
         for i, result in metrics.items()
         for entry in result["by_length"]
     ]
     keys = ["configuration", "scorer", "bucket", "sentences", "training_range"]
-    frame = pd.DataFrame(rows, columns=[*keys, "bleu"])
-    out = frame.groupby(keys, sort=False).bleu.agg(["mean", "size"]).reset_index()
-    return out.rename(columns={"mean": "bleu", "size": "seeds"}).round({"bleu": 2})
+    frame = pd.DataFrame(rows, columns=[*keys, "bleu", "bleu_low", "bleu_high"])
+    out = frame.groupby(keys, sort=False).apply(_seed_interval, include_groups=False)
+    out = out.reset_index().astype({"seeds": int})
+    return out.round({"bleu": 2, "low": 2, "high": 2})
+
+
+def _seed_interval(rows: pd.DataFrame) -> pd.Series:
+    k, mean = len(rows), float(rows.bleu.mean())
+    if k > 1:
+        half = float(scipy_stats.t.ppf(0.975, k - 1) * rows.bleu.std(ddof=1) / np.sqrt(k))
+        low, high = mean - half, mean + half
+    else:
+        low, high = float(rows.bleu_low.iloc[0]), float(rows.bleu_high.iloc[0])
+    return pd.Series({"bleu": mean, "seeds": k, "low": low, "high": high})
 
 
 def _checkpoint_bytes(folder: Path) -> bytes:

@@ -211,7 +211,10 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
         "training_range",
         "bleu",
         "seeds",
+        "low",
+        "high",
     }
+    assert (by_length.low <= by_length.bleu).all() and (by_length.bleu <= by_length.high).all()
     assert by_length.groupby("configuration").scorer.nunique().max() == 1
     curves = pd.read_csv(root / "metrics" / "learning_curves.csv")
     assert set(curves.scorer) == {"none", "additive", "cosine"}

@@ -86,3 +86,32 @@ def test_the_dev_choice_is_the_best_dev_bleu_of_the_chosen_scorer_even_at_zero()
     assert dev_choice(sweep, variants, "additive") == "additive-s1"
     assert dev_choice(sweep, variants, None) == "dot-s1"
     assert dev_choice(sweep, ["additive-s2", "additive-s3"], "additive") is None
+
+
+def test_bleu_by_length_is_a_seed_mean_with_an_interval_over_seeds(monkeypatch):
+    """Two seeds: mean +- t * sd / sqrt(2); one seed: its bootstrap interval."""
+    from pipeline.evaluate import stage
+
+    def bucket(bleu, low, high):
+        return {
+            "by_length": [
+                {
+                    "bucket": "1-10",
+                    "sentences": 5,
+                    "training_range": "inside",
+                    "bleu": bleu,
+                    "bleu_low": low,
+                    "bleu_high": high,
+                }
+            ]
+        }
+
+    metrics = {"a-s1": bucket(10, 8, 12), "a-s2": bucket(12, 9, 14), "b-s1": bucket(20, 18, 22)}
+    names = {"a-s1": "a", "a-s2": "a", "b-s1": "b"}
+    monkeypatch.setattr(stage, "configurations", lambda sweep, m: names)
+    sweep = {"variants": {k: {"model": {"scorer": k[0]}} for k in metrics}}
+    table = stage.length_plot_table(metrics, sweep).set_index("configuration")
+    half = 12.706 * np.std([10, 12], ddof=1) / np.sqrt(2)  # t(0.975, 1)
+    assert table.loc["a", "bleu"] == 11.0 and table.loc["a", "seeds"] == 2
+    assert table.loc["a", "high"] == pytest.approx(11.0 + half, abs=0.01)
+    assert (table.loc["b", "low"], table.loc["b", "high"]) == (18.0, 22.0)
