@@ -71,7 +71,10 @@ METHOD = (
     f"power at E, computed before the run from the grid and an earlier run's variance "
     f"components, is below {POWER:.0%}. MDE: the smallest effect the design detects with "
     f"{POWER:.0%} power at the interval's level. Variants stopped at the step cap are kept "
-    "out of these tests."
+    "out of these tests. The training settings (batch size, learning rate and its "
+    "schedule, dropout, curriculum, the stopping rule) were tuned on additive attention "
+    'and the no-attention model only (docs/budget.md, "Decisions"); the other scorers '
+    "train with them untuned, which may favour those two."
 )
 
 
