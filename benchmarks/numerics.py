@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import tempfile
 import time
 from dataclasses import replace
@@ -105,7 +106,19 @@ def study_time(args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - start
     per_step = {v: c.seconds_per_step for c in checks for v in c.variants}
     with (ROOT / "reports" / "summary.csv").open(newline="") as handle:
-        steps = {row["variant"]: int(float(row["steps"])) for row in csv.DictReader(handle)}
+        measured = {row["variant"]: int(float(row["steps"])) for row in csv.DictReader(handle)}
+    # a variant the committed study did not train: the median steps its configuration's
+    # seeds took there, else its scorer's (another size), else the forecast's rule
+    by_scorer: dict[str, list[int]] = {}
+    for vid, count in measured.items():
+        by_scorer.setdefault(vid.split("-")[0], []).append(count)
+    steps = {}
+    for v in variants:
+        same = [
+            n for vid, n in measured.items() if vid.rsplit("-s", 1)[0] == v.id.rsplit("-s", 1)[0]
+        ]
+        fallback = by_scorer.get(v.model.scorer) or [int(v.train.max_steps * 0.5)]
+        steps[v.id] = measured.get(v.id) or int(statistics.median(same or fallback))
     cores = os.cpu_count() or 1
     total = sum(steps[v.id] * per_step[v.id] for v in variants) * (1 + EVALUATION_OVERHEAD)
     return {
@@ -114,7 +127,7 @@ def study_time(args: argparse.Namespace) -> dict:
         "cores": cores,
         "torch": torch.__version__,
         "preflight_seconds": round(seconds, 1),
-        "ms_per_step": {c.name.split("-")[0]: round(c.seconds_per_step * 1e3) for c in checks},
+        "ms_per_step": {c.name.rsplit("-s", 1)[0]: round(c.seconds_per_step * 1e3) for c in checks},
         "steps": sum(steps[v.id] for v in variants),
         "evaluation_overhead": EVALUATION_OVERHEAD,
         "train_hours": round(total / min(cores, len(variants)) / 3600, 2),
