@@ -78,6 +78,32 @@ METHOD = (
 )
 
 
+def design_notes(study: dict[str, Any]) -> str:
+    """The design behind the verdicts, from ``eval/findings.json``: the family and its
+    level, where the a-priori power came from, how the bootstrap drew sentences, and where
+    the no-attention baseline stands against the paper's."""
+    notes = []
+    family = study.get("family")
+    if family:
+        notes.append(
+            f"Primary family: {family['size']} tests, each interval at "
+            f"{family['interval_level']:.1%} ({family['correction']})."
+        )
+    if study.get("power_from"):
+        notes.append(f"A-priori power from {study['power_from']}.")
+    if study.get("bootstrap"):
+        notes.append(f"The bootstrap resampled {study['bootstrap']}.")
+    ratio = study.get("baseline_ratio") or {}
+    if ratio.get("measured") is not None:
+        notes.append(
+            f"The no-attention baseline reaches {ratio['measured']:.0%} of additive "
+            f"attention's test BLEU inside the training lengths; Bahdanau et al.'s "
+            f"RNNencdec-30 reaches {ratio['paper']:.0%} of RNNsearch-30's "
+            f"(Table 1)."
+        )
+    return " ".join(notes)
+
+
 def ci(estimate: float, low: float, high: float, digits: int = 2) -> str:
     return f"{estimate:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
 
@@ -368,7 +394,7 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
             f"; {len(capped)} stopped at the step cap and are left out of the confirmatory tests"
             if capped
             else ""
-        )  # fmt: skip
+        )
     )
     dependent = study.get("decoding_dependent") or []
     if "greedy" in study["findings"] and study["main_decoding"] != "greedy":

@@ -18,6 +18,7 @@ from pipeline.report.findings import (
     answers,
     best_scorer,
     design_lines,
+    design_notes,
     exploratory_rows,
     lengths,
     part_rows,
@@ -240,7 +241,9 @@ def render_html(c: dict[str, Any]) -> str:
             f"<img src='{figures['differences']}.svg' alt='the differences the findings rest on'>",
             f"<p class='caption'>{_e(_FOREST_NOTE)}</p>",
         ]
+    notes = design_notes(study)
     parts += ["<h2 id='findings'>Findings in detail</h2>", f"<p>{_e(METHOD)}</p>"]
+    parts += [f"<p>{_e(notes)}</p>"] if notes else []
     for f in study["findings"][main]:
         parts += [
             f"<h3>{_e(f['title'])}: <span class='{verdict_class(f['verdict'])}'>"
@@ -343,6 +346,7 @@ def render_markdown(c: dict[str, Any]) -> str:
             "",
         ]
     lines += ["## Findings in detail", "", METHOD, ""]
+    lines += [design_notes(study), ""] if design_notes(study) else []
     for f in study["findings"][main]:
         lines += [f"### {f['title']}: {f['verdict']}", ""]
         if f.get("answer"):

@@ -39,3 +39,18 @@ def test_capped_variants_are_not_in_the_plateau_range():
     text = answer(study, pd.DataFrame(), variants)
     assert "2 of 3 variants trained until their dev loss plateaued, at 3,600-4,800 updates" in text
     assert "1 stopped at the step cap" in text
+
+
+def test_design_notes_state_the_family_and_the_baseline_against_the_paper():
+    from pipeline.report.findings import design_notes
+
+    study = {
+        "family": {"size": 5, "interval_level": 0.99, "correction": "Bonferroni"},
+        "power_from": "an earlier run",
+        "bootstrap": "clusters (chapters) within length strata",
+        "baseline_ratio": {"measured": 0.42, "paper": 13.93 / 21.50},
+    }
+    notes = design_notes(study)
+    assert "5 tests, each interval at 99.0% (Bonferroni)" in notes
+    assert "42% of additive" in notes and "65% of RNNsearch-30" in notes
+    assert design_notes({}) == ""
