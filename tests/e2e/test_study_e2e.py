@@ -187,6 +187,8 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
     )
     assert test["findings"] == {  # every verdict, so dvc exp show's columns stay put
         "agrees": 0,
+        "smaller_than_claimed": 0,
+        "equivalent": 0,
         "disagrees": 0,
         "inconclusive": 0,
         "not_testable": len(words["verdicts"]),
