@@ -19,7 +19,6 @@ from pipeline.evaluate.metrics import Buckets
 from pipeline.io import atomic_path, write_json
 from pipeline.study.declarations import PILOT
 from pipeline.study.findings import (
-    PAPER_BASELINE_RATIO,
     Finding,
     Grid,
     baseline_ratio,
@@ -27,10 +26,14 @@ from pipeline.study.findings import (
     comparisons_table,
     exploratory,
     judge,
+    paper_baseline_ratio,
     ranking,
 )
 from pipeline.study.statistics import ALPHA, ContrastEstimator, Resampler
 
+BOOTSTRAP_CLUSTERED = (
+    "chapters within length buckets (a chapter's sentences of one bucket together)"
+)
 _COMPARED = ("scorer", "reverse_source", "hidden_size", "seed")
 
 
@@ -44,7 +47,8 @@ class StudyFindings:
     ranking: dict[str, pd.DataFrame]
     excluded: list[str]  # variants kept out of confirmatory tests (stopped at the step cap)
     baseline_ratio: float | None = None  # none's BLEU over additive's, inside the lengths
-    clustered: bool = False  # the bootstrap drew whole chapters
+    clustered: bool = False  # the bootstrap drew chapters (within length buckets)
+    train_cut: int | None = 30  # fetch.split.max_train_words
 
     def decoding_dependent(self) -> list[str]:
         """Findings whose verdict differs between the decodings."""
@@ -76,12 +80,12 @@ class StudyFindings:
                     "excluded_from_confirmatory": self.excluded,
                     "family": self.family(),
                     "power_from": PILOT.source,
-                    "bootstrap": "clusters (chapters) within length strata"
+                    "bootstrap": BOOTSTRAP_CLUSTERED
                     if self.clustered
                     else "sentences within length strata",
                     "baseline_ratio": {
                         "measured": self.baseline_ratio,
-                        "paper": PAPER_BASELINE_RATIO,
+                        "paper": paper_baseline_ratio(self.train_cut),
                         "what": "none's test BLEU over additive's inside the training "
                         "lengths; the paper's RNNencdec-30 over RNNsearch-30 (Table 1)",
                     },
@@ -182,7 +186,11 @@ def study_findings(
             by_variant, named, resampler, configurations=grid.configurations()
         )
         findings[decoding] = judge(
-            estimator, grid, available, comparisons=config.evaluate.comparisons
+            estimator,
+            grid,
+            available,
+            comparisons=config.evaluate.comparisons,
+            train_cut=config.fetch.split.max_train_words,
         )
         if decoding == main:
             ratio = baseline_ratio(estimator, grid)
@@ -201,4 +209,5 @@ def study_findings(
         excluded,
         ratio,
         clusters is not None,
+        config.fetch.split.max_train_words,
     )

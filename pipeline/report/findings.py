@@ -70,9 +70,10 @@ METHOD = (
     "inconclusive otherwise; not testable when the grid lacks the variants or the design's "
     f"power at E, computed before the run from the grid and an earlier run's variance "
     f"components, is below {POWER:.0%}. MDE: the smallest effect the design detects with "
-    f"{POWER:.0%} power at the interval's level. Variants stopped at the step cap are kept "
-    "out of these tests. The training settings (batch size, learning rate and its "
-    "schedule, dropout, curriculum, the stopping rule) were tuned on additive attention "
+    f"{POWER:.0%} power at the interval's level. Variants that stopped before their "
+    "plateau (at the step cap) are kept out of these tests. The training settings "
+    "(batch size, learning rate and its schedule, dropout, curriculum, the stopping "
+    "rule) were tuned on additive attention "
     'and the no-attention model only (docs/budget.md, "Decisions"); the other scorers '
     "train with them untuned, which may favour those two."
 )
@@ -383,8 +384,8 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
     if len(evaluated) and len(capped) > len(evaluated) / 2:
         parts.append(
             f"UNCONVERGED: {len(capped)} of {len(evaluated)} variants stopped at the step cap "
-            "before their dev loss plateaued; these numbers are for trying the pipeline, not "
-            "for conclusions"
+            "before their dev loss and dev BLEU plateaued; these numbers are for trying the "
+            "pipeline, not for conclusions"
         )
     parts.append(
         f"{len(evaluated) - len(capped)} of {len(evaluated)} variants trained until their dev "

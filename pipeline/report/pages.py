@@ -118,7 +118,7 @@ def by_length_pivot(means: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 _CONVERGENCE_NOTE = (
     "Dev BLEU (greedy, the trainer's own) at every evaluation, against epochs and against "
     "training minutes (minutes depend on the machine; steps and verdicts do not). A hollow "
-    "end marker: stopped at the step cap before its dev loss plateaued."
+    "end marker: stopped at the step cap before its dev loss and dev BLEU plateaued."
 )
 _RANK_NOTE = (
     "The findings' configuration (source forward, the hidden size with the most seeds), mean "

@@ -48,6 +48,7 @@ class Pilot:
 
     source: str
     seed_sd: dict[str, float]  # scale -> pooled seed sd of one configuration's score
+    measure_sd: dict[str, float]  # finding -> seed sd of each configuration's measure
     test_se: dict[str, float]  # finding -> test-sampling SE of its main contrast
     default_test_se: float  # a comparison of the user's: two configurations on ``inside``
 
@@ -61,6 +62,11 @@ PILOT = Pilot(
     # pooled sd of a configuration's test BLEU over its seeds: 5 configurations, df 10;
     # on the log scale the same spread relative to the BLEU of none (9) and additive (24)
     seed_sd={"bleu": 0.36, "log_bleu": 0.03},
+    # Length's measure is a configuration's change (log BLEU beyond minus inside): the
+    # pilot's per-seed change from 1-10 to 21-30 words had sd 0.67 BLEU at about 10 BLEU
+    # for none (0.067 log) and 0.52 at about 27 for additive (0.019 log); pooled, 0.049
+    # (an upper bound: 400-sentence buckets, the seed x sentence part included)
+    measure_sd={"Length": 0.049},
     test_se={
         "Attention": 0.44,  # additive - none inside the training lengths
         "Scorer": 0.25,  # additive - general
@@ -126,6 +132,15 @@ EFFECTS: dict[str, Effect] = {
 }
 """The findings' effects of interest, frozen before the committed run."""
 
+ATTENTION_50 = Effect(
+    "> 0",
+    8.93,
+    "bleu",
+    EFFECTS["Attention"].source,
+    "the gain of the -50 models, whose training length (50 words) this study's cut reaches",
+)
+"""Attention's effect when training sees sentences of 50 words or more (the GPU preset)."""
+
 GPU_HIDDEN_SIZE = Effect(
     "> 0",
     3.88,
@@ -169,10 +184,13 @@ class Power:
         }
 
 
-def planned_se(weights: dict[str, float], seeds: dict[str, int], scale: str, test_se: float):
+def planned_se(
+    weights: dict[str, float], seeds: dict[str, int], scale: str, test_se: float, sd=None
+):
     """SE of a contrast of configurations ``weights`` with ``seeds`` each: the pilot's
-    pooled seed variance over each configuration's seeds plus its test-sampling part."""
-    sd = PILOT.seed_sd[scale]
+    pooled seed variance (``sd``, else the scale's) over each configuration's seeds plus
+    its test-sampling part."""
+    sd = PILOT.seed_sd[scale] if sd is None else sd
     var = sum(w**2 * sd**2 / max(seeds[c], 1) for c, w in weights.items()) + test_se**2
     return math.sqrt(var)
 
@@ -185,19 +203,23 @@ def design_power(
     family: int,
     seed_df: float,
     test_se: float | None = None,
+    alpha: float = ALPHA,
 ) -> Power:
     """The power of ``finding``'s test at its effect of interest, at the family's
     Bonferroni level ``ALPHA / family``, for the grid's ``seeds`` per configuration and
     the degrees of freedom of the grid's pooled seed variance (``seed_df``)."""
     test_se = PILOT.test_se.get(finding, PILOT.default_test_se) if test_se is None else test_se
-    alpha = ALPHA / max(family, 1)
+    alpha = alpha / max(family, 1)
     df = max(seed_df, 1.0)
+    measure_sd = PILOT.measure_sd.get(finding)
 
     def power_at(seed_counts: dict[str, int]) -> float:
-        se = planned_se(weights, seed_counts, effect.scale, test_se)
+        se = planned_se(weights, seed_counts, effect.scale, test_se, measure_sd)
+        var_seed = se**2 - test_se**2  # Welch-Satterthwaite, as the estimate's df
+        df_ws = se**4 / (var_seed**2 / df) if var_seed > 0 else 1e6
         if effect.claim == "equivalent":
-            return power_equivalence(effect.value, se, df, alpha)
-        return power_directional(effect.value, se, df, alpha)
+            return power_equivalence(effect.value, se, df_ws, alpha)
+        return power_directional(effect.value, se, df_ws, alpha)
 
     value = power_at(seeds)
     fewest = min(seeds.values())
@@ -212,5 +234,5 @@ def design_power(
             df = kept
 
     needed = next((k for k in range(2, 51) if with_seeds(k) >= POWER), None)
-    se = planned_se(weights, seeds, effect.scale, test_se)
+    se = planned_se(weights, seeds, effect.scale, test_se, measure_sd)
     return Power(finding, effect, dict(seeds), se, alpha, value, needed)

@@ -23,8 +23,8 @@ so that the claimed direction is positive:
   below 80%. That is decided in advance, never from the test data.
 
 Every verdict but "inconclusive" and "not testable" needs an interval that excludes a
-value, so noise alone produces none of them. Variants that stopped at the step cap (not
-plateaued) are left out of every confirmatory contrast. Other scorer comparisons are
+value, so noise alone produces none of them. Variants that stopped before their plateau (at
+the step cap) are left out of every confirmatory contrast. Other scorer comparisons are
 exploratory: reported apart, at level alpha, never verdicts.
 
 The attention model of the length and reversal findings is ``additive`` (Bahdanau's
@@ -42,7 +42,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.study.declarations import EFFECTS, GPU_HIDDEN_SIZE, Effect, Power, design_power
+from pipeline.study.declarations import (
+    ATTENTION_50,
+    EFFECTS,
+    GPU_HIDDEN_SIZE,
+    Effect,
+    Power,
+    design_power,
+)
 from pipeline.study.statistics import (
     ALPHA,
     Contrast,
@@ -62,8 +69,11 @@ VERDICTS = (
 )
 LITERATURE_EFFECT = {title: effect.value for title, effect in EFFECTS.items()}
 """Each finding's effect of interest, by title (:data:`~pipeline.study.declarations.EFFECTS`)."""
+FINDINGS_SIZE = 256
+"""The hidden size the findings are judged at when the grid has several with as many
+seeds: the attention dimension of Britz et al.'s 0.00 and of the pilot's variances."""
 PAPER_BASELINE_RATIO = 13.93 / 21.50
-"""Bahdanau et al. 2014, Table 1: RNNencdec-30's BLEU over RNNsearch-30's."""
+"""Bahdanau et al. 2014, Table 1: RNNencdec-30's BLEU over RNNsearch-30's (13.93 / 21.50)."""
 
 
 @dataclass
@@ -158,8 +168,10 @@ class Grid:
         counts = counts.groupby(["hidden_size", "rest"]).seed.nunique()
         if counts.empty:
             counts = table.groupby(["hidden_size", "rest"]).seed.nunique()
-        best = counts[counts == counts.max()].index.max()  # most seeds, then largest size
-        self.hidden_size, self.rest = (int(best[0]), best[1]) if len(counts) else (None, None)
+        most = [key for key, n in counts.items() if n == counts.max()]
+        # most seeds, then the size the declared effects are about (256), then the largest
+        best = max(most, key=lambda key: (key[0] == FINDINGS_SIZE, key[0])) if most else None
+        self.hidden_size, self.rest = (int(best[0]), best[1]) if best else (None, None)
 
     def systems(
         self,
@@ -390,10 +402,20 @@ def _fresh(finding: Finding) -> Finding:
     return Finding(finding.title, finding.literature, finding.criterion, scale=finding.scale)
 
 
-def _effect(finding: Finding, specs: list[Spec]) -> Effect | None:
+def _effect(finding: Finding, specs: list[Spec], train_cut: int | None = 30) -> Effect | None:
+    """The finding's declared effect: the -50 models' attention gain when training saw
+    sentences of 50 words or more, Britz et al.'s interaction when the grid reaches 1024."""
     if finding.title == "Hidden size" and specs and len(specs[0].terms) == 4:
         return GPU_HIDDEN_SIZE
+    if finding.title == "Attention" and (train_cut is None or train_cut >= 50):
+        return ATTENTION_50
     return EFFECTS.get(finding.title)
+
+
+def paper_baseline_ratio(train_cut: int | None = 30) -> float:
+    """RNNencdec's BLEU over RNNsearch's in Bahdanau et al.'s Table 1, for the models
+    whose training length matches ``train_cut`` (-30, or -50 from 50 words on)."""
+    return 17.82 / 26.75 if train_cut is None or train_cut >= 50 else PAPER_BASELINE_RATIO
 
 
 def declare_comparisons(comparisons) -> list[tuple[Finding, list[Spec], Effect]]:
@@ -425,19 +447,24 @@ def _contrast(spec: Spec, grid: Grid) -> tuple[Contrast | None, str]:
     terms, missing, capped = [], [], []
     for weight, config, subset in spec.terms:
         systems = grid.systems(config.scorer, config.reverse, config.hidden)
-        if grid.capped(config.scorer, config.reverse, config.hidden):
-            capped.append(config.label(grid))
         if len(systems) < 2:
             missing.append(config.label(grid))
+            if grid.capped(config.scorer, config.reverse, config.hidden):
+                capped.append(config.label(grid))
         terms.append(Term(weight, systems, subset))
     if missing:
-        missing = sorted(set(missing))
         if capped:
             return None, (
-                f"its variants stopped at the step cap (train.max_steps) before "
-                f"their plateau: {', '.join(sorted(set(capped)))}"
+                f"its variants stopped before their plateau (the step cap, "
+                f"train.max_steps): {', '.join(sorted(set(capped)))}"
             )
-        return None, f"the grid lacks 2 plateaued seeds of {', '.join(missing)}"
+        return None, f"the grid lacks 2 plateaued seeds of {', '.join(sorted(set(missing)))}"
+    net: dict[tuple, float] = {}
+    for weight, config, subset in spec.terms:
+        key = (config.label(grid), subset)
+        net[key] = net.get(key, 0.0) + weight
+    if all(abs(w) < 1e-12 for w in net.values()):
+        return None, "its two sides are the same configuration on the same sentences"
     return Contrast(spec.label, tuple(terms), spec.scale), ""
 
 
@@ -447,20 +474,20 @@ def judge(
     available: set[str] | None = None,
     alpha: float = ALPHA,
     comparisons=(),
+    train_cut: int | None = 30,
 ) -> list[Finding]:
     """Declare every finding (the study's, then ``comparisons`` from params), compute each
     one's a-priori power, estimate the parts, and give each verdict. ``available`` names
     the sentence subsets the test set has (a part on a missing one is not testable)."""
-    declared = [(f, specs, _effect(f, specs)) for f, specs in declare(grid)]
+    declared = [(f, specs, _effect(f, specs, train_cut)) for f, specs in declare(grid)]
     declared += declare_comparisons(comparisons)
     planned = []  # (finding, spec, contrast or None, why)
     for finding, specs, effect in declared:
         finding.effect = effect
         for spec in specs:
             contrast, why = _contrast(spec, grid)
-            absent = sorted(
-                {s for *_, s in spec.terms} - (available or {s for *_, s in spec.terms})
-            )
+            subsets = {s for *_, s in spec.terms}
+            absent = sorted(subsets - (subsets if available is None else available))
             if contrast is not None and absent:
                 contrast, why = None, f"the test set has no sentences {', '.join(absent)}"
             planned.append((finding, spec, contrast, why))
@@ -484,7 +511,9 @@ def judge(
             }
             # the terms of one configuration are paired (one measure each): weight 1
             weights = dict.fromkeys(seeds, 1.0)
-            finding.power = design_power(finding.title, effect, weights, seeds, family, seed_df)
+            finding.power = design_power(
+                finding.title, effect, weights, seeds, family, seed_df, alpha=alpha
+            )
         finding.parts.append(part)
     primary = [p for f in (d[0] for d in declared) for p in f.parts if p.primary]
     for part, adjusted in zip(primary, bonferroni([p.estimate.p for p in primary])):
@@ -556,12 +585,13 @@ def _why(part: Part) -> str:
             "inconclusive": f"neither inside +-{part.margin:g} nor wholly outside it",
         }
         return f"{ci}: {reasons[part.state]}"
-    declared = f"the declared {part.effect:+g}" if part.effect is not None else "no size"
+    declared = f"the declared {part.effect:+g}" if part.effect is not None else ""
+    short = "above" if part.claim == "< 0" else "below"  # short of the claimed size
     reasons = {
-        "agrees": f"excludes 0 and is not wholly below {declared}",
-        "smaller than claimed": f"wholly below {declared}",
+        "agrees": "excludes 0" + (f" and is not wholly {short} {declared}" if declared else ""),
+        "smaller than claimed": f"wholly {short} {declared}",
         "disagrees": "wholly on the other side of 0",
-        "inconclusive": f"includes 0 and reaches {declared}",
+        "inconclusive": "includes 0" + (f" and reaches {declared}" if declared else ""),
     }
     return f"{ci}: {reasons[part.state]}"
 

@@ -180,9 +180,10 @@ class Estimate:
 class Resampler:
     """Paired bootstrap replicates of the test set, shared by every system and contrast:
     row ``b`` of :attr:`weights` counts how often each sentence is drawn in replicate
-    ``b``. Resampling is stratified (each length stratum keeps its size) and, given
-    ``clusters`` (a cluster id per sentence, e.g. its chapter), draws whole clusters
-    within each stratum, so sentences that share a passage are not counted as independent."""
+    ``b``. Resampling is stratified (without clusters each length stratum keeps its size)
+    and, given ``clusters`` (a cluster id per sentence, e.g. its chapter), draws a
+    cluster's sentences of one stratum together (a chapter's fragment in each length
+    bucket), so sentences of one passage and length are not counted as independent."""
 
     def __init__(
         self,
@@ -218,8 +219,24 @@ class SeedVariance:
     configurations: int
 
     @property
+    def clamped(self) -> bool:
+        """The interaction estimate reached the between-seed variance: no pure seed
+        variance is left to estimate."""
+        return self.between <= self.interaction
+
+    @property
     def pure(self) -> float:
-        return max(self.between - self.interaction, 0.0)
+        """The pure seed variance; when the estimate is not positive, the between-seed
+        variance itself (the interaction then counted twice: wider, never narrower)."""
+        return self.between if self.clamped else self.between - self.interaction
+
+    @property
+    def pure_df(self) -> float:
+        """Satterthwaite's df of :attr:`pure`: ``df * (pure / between)^2`` (the
+        interaction's own sampling variance left out), ``df`` when clamped."""
+        if self.clamped or self.between <= 0:
+            return self.df
+        return self.df * (self.pure / self.between) ** 2
 
 
 class ContrastEstimator:
@@ -312,6 +329,7 @@ class ContrastEstimator:
             raise ValueError(f"{contrast.name}: a configuration has no variant")
         fallback = [systems for systems, _ in configurations]
         total, replicates, var_seed, dfs, per_seed = 0.0, 0.0, 0.0, [], {}
+        clamped = False
         for systems, terms in configurations:
             measured = {
                 s: self._measure(systems[s], terms, contrast.scale) for s in sorted(systems)
@@ -323,13 +341,14 @@ class ContrastEstimator:
             pooled = self.seed_variance(terms, contrast.scale, fallback)
             if pooled is not None and pooled.df > 0:
                 var_seed += terms[0][0] ** 2 * pooled.pure / k
-                dfs.append(pooled.df)
+                dfs.append(pooled.pure_df)
+                clamped = clamped or pooled.clamped
         var_test = float(np.var(replicates, ddof=1))
         variance = var_seed + var_test
         df_seed = min(dfs) if dfs else 0.0
         # Welch-Satterthwaite: the pooled seed part's df, ~infinite for the test part's
         df = variance**2 / (var_seed**2 / df_seed) if var_seed > 0 and df_seed > 0 else 1e6
-        extra = {"seed_df": df_seed, "no_seed_variance": not dfs}
+        extra = {"seed_df": df_seed, "no_seed_variance": not dfs, "seed_variance_clamped": clamped}
         return _finish(
             contrast.name,
             total,

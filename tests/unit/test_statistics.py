@@ -178,7 +178,8 @@ def test_pooled_seed_variance_covers_the_truth_and_counts_nothing_twice():
         )
         contrast = Contrast("a - b", (Term(1, configs["a"], "all"), Term(-1, configs["b"], "all")))
         e = estimator.estimate(contrast)
-        assert e.extra["seed_df"] == 5 * 2  # pooled over every configuration
+        assert estimator.seed_variance(((1.0, "all"),), "bleu").df == 5 * 2  # every config
+        assert 0 < e.extra["seed_df"] <= 5 * 2
         estimates.append(e.estimate)
         ses.append(e.se)
         covered += e.low <= 0.3 <= e.high
