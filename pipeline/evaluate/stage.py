@@ -66,7 +66,7 @@ from pipeline.artifacts import (
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config, EvaluateConfig, ModelConfig
 from pipeline.data.dataset import TokenizedData
-from pipeline.data.pairs import parse_tsv_pairs
+from pipeline.data.pairs import parse_tsv_pairs, read_groups
 from pipeline.evaluate.decode import (
     DecodeResult,
     DecodeSpec,
@@ -159,7 +159,7 @@ def _clusters(path: Path, sentences: int) -> list[str] | None:
     the fetch stage wrote none; a file of the wrong length is an error."""
     if not path.exists():
         return None
-    ids = path.read_text(encoding="utf-8").splitlines()
+    ids = read_groups(path)
     if len(ids) != sentences:
         raise EvaluationError(f"{path}: {len(ids)} cluster ids for {sentences} test sentences")
     return ids
@@ -457,24 +457,13 @@ def study_table(sweep: dict, summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-COUNTED_VERDICTS = (
-    "agrees",
-    "disagrees",
-    "smaller than claimed",
-    "equivalent",
-    "inconclusive",
-    "not testable",
-)
-"""Every verdict ``metrics/test.json`` counts, found or not, so that ``dvc exp show``'s
-columns stay the same between experiments."""
-
-
 def verdict_counts(verdicts) -> dict[str, int]:
     """How many findings got each verdict, keyed in snake_case (``smaller_than_claimed``):
-    every verdict of ``COUNTED_VERDICTS`` (0 when none got it), then any other word
+    every word of :data:`~pipeline.study.findings.VERDICTS` (0 when none got it, so
+    ``dvc exp show``'s columns stay the same between experiments), then any other word
     found, so that no finding goes uncounted. All numeric."""
     verdicts = list(verdicts)
-    words = dict.fromkeys([*COUNTED_VERDICTS, *VERDICTS, *verdicts])
+    words = dict.fromkeys([*VERDICTS, *verdicts])
     return {str(v).replace(" ", "_"): sum(x == v for x in verdicts) for v in words}
 
 

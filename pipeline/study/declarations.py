@@ -210,29 +210,27 @@ def design_power(
     the degrees of freedom of the grid's pooled seed variance (``seed_df``)."""
     test_se = PILOT.test_se.get(finding, PILOT.default_test_se) if test_se is None else test_se
     alpha = alpha / max(family, 1)
-    df = max(seed_df, 1.0)
     measure_sd = PILOT.measure_sd.get(finding)
 
-    def power_at(seed_counts: dict[str, int]) -> float:
+    def power_at(seed_counts: dict[str, int], df: float) -> float:
         se = planned_se(weights, seed_counts, effect.scale, test_se, measure_sd)
         var_seed = se**2 - test_se**2  # Welch-Satterthwaite, as the estimate's df
-        df_ws = se**4 / (var_seed**2 / df) if var_seed > 0 else 1e6
+        df_ws = se**4 / (var_seed**2 / max(df, 1.0)) if var_seed > 0 else 1e6
         if effect.claim == "equivalent":
             return power_equivalence(effect.value, se, df_ws, alpha)
         return power_directional(effect.value, se, df_ws, alpha)
 
-    value = power_at(seeds)
+    value = power_at(seeds, seed_df)
     fewest = min(seeds.values())
     per_seed_df = seed_df / (fewest - 1) if fewest > 1 else seed_df
-
-    def with_seeds(k: int) -> float:  # every configuration of the grid with k seeds
-        nonlocal df
-        df, kept = max(per_seed_df * (k - 1), 1.0), df
-        try:
-            return power_at(dict.fromkeys(seeds, k))
-        finally:
-            df = kept
-
-    needed = next((k for k in range(2, 51) if with_seeds(k) >= POWER), None)
+    # every configuration of the grid with k seeds: its pooled df grows with them
+    needed = next(
+        (
+            k
+            for k in range(2, 51)
+            if power_at(dict.fromkeys(seeds, k), per_seed_df * (k - 1)) >= POWER
+        ),
+        None,
+    )
     se = planned_se(weights, seeds, effect.scale, test_se, measure_sd)
     return Power(finding, effect, dict(seeds), se, alpha, value, needed)

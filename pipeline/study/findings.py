@@ -61,9 +61,9 @@ from pipeline.study.statistics import (
 
 VERDICTS = (
     "agrees",
+    "disagrees",
     "smaller than claimed",
     "equivalent",
-    "disagrees",
     "inconclusive",
     "not testable",
 )
@@ -628,8 +628,11 @@ def baseline_ratio(
     none, additive = grid.systems("none"), grid.systems("additive")
     if not none or not additive:
         return None
-    mean = lambda systems: np.mean([estimator.score(v, subset) for v in systems.values()])  # noqa: E731
-    return float(mean(none) / mean(additive)) if mean(additive) > 0 else None
+    none_bleu, additive_bleu = (
+        float(np.mean([estimator.score(v, subset) for v in systems.values()]))
+        for systems in (none, additive)
+    )
+    return none_bleu / additive_bleu if additive_bleu > 0 else None
 
 
 # ----------------------------------------------------------------------- exploratory

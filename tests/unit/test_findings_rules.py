@@ -216,7 +216,7 @@ def test_primary_intervals_are_at_the_bonferroni_level_of_the_family():
     assert secondary and all(p.estimate.alpha == ALPHA for p in secondary)
 
 
-def test_one_seed_configurations_borrow_the_pooled_seed_variance():
+def test_the_seed_variance_is_pooled_over_every_configuration_of_the_grid():
     findings, grid = _study(good, seed_sd=0.5)
     one = [c for c in grid.configurations() if len(c) > 1]
     assert len(one) == 5

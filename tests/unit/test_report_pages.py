@@ -232,17 +232,9 @@ def test_a_best_scorer_never_compared_with_the_runner_up_says_so():
 
 
 def test_every_verdict_word_has_its_colour():
-    classes = {
-        v: verdict_class(v)
-        for v in (
-            "agrees",
-            "disagrees",
-            "smaller than claimed",
-            "equivalent",
-            "inconclusive",
-            "not testable",
-        )
-    }
+    from pipeline.study.findings import VERDICTS
+
+    classes = {v: verdict_class(v) for v in VERDICTS}
     assert len(set(classes.values()) - {"v-none"}) == 4  # no answer: one grey
     assert classes["inconclusive"] == classes["not testable"] == "v-none"
     assert verdict_class("something new") == "v-other"
