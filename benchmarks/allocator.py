@@ -30,12 +30,22 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def spec(args, wiring: str, batch_tokens: int, allocator: str) -> dict[str, Any]:
     return {
-        "kind": "train", "implementation": "pipeline", "scorer": args.scorer, "wiring": wiring,
-        "hidden_size": args.hidden_size, "embedding_size": args.hidden_size,
-        "batch_tokens": batch_tokens, "warmup": args.warmup, "steps": 24,
-        "window_seconds": args.seconds, "tok_dir": str(args.tok_dir), "seed": 1,
-        "threads": 1, "precision": args.precision, "allocator": allocator,
-    }  # fmt: skip
+        "kind": "train",
+        "implementation": "pipeline",
+        "scorer": args.scorer,
+        "wiring": wiring,
+        "hidden_size": args.hidden_size,
+        "embedding_size": args.hidden_size,
+        "batch_tokens": batch_tokens,
+        "warmup": args.warmup,
+        "steps": 24,
+        "window_seconds": args.seconds,
+        "tok_dir": str(args.tok_dir),
+        "seed": 1,
+        "threads": 1,
+        "precision": args.precision,
+        "allocator": allocator,
+    }
 
 
 def measure(args) -> list[dict[str, Any]]:
@@ -47,37 +57,50 @@ def measure(args) -> list[dict[str, Any]]:
                 results = runner.run([spec(args, wiring, batch_tokens, a) for a in order])
                 by = {r["allocator"]: r for r in results}
                 row = {
-                    "wiring": wiring, "batch_tokens": batch_tokens, "round": round_ + 1,
-                    "default": by["default"]["tokens_per_s"], "tuned": by["tuned"]["tokens_per_s"],
+                    "wiring": wiring,
+                    "batch_tokens": batch_tokens,
+                    "round": round_ + 1,
+                    "default": by["default"]["tokens_per_s"],
+                    "tuned": by["tuned"]["tokens_per_s"],
                     "ratio": by["tuned"]["tokens_per_s"] / by["default"]["tokens_per_s"],
                     "sys_s_default": by["default"].get("system_seconds"),
                     "sys_s_tuned": by["tuned"].get("system_seconds"),
                     "tuned_applied": by["tuned"]["allocator_tuned"],
                     "other_load": max(r["other_load"] for r in results),
-                }  # fmt: skip
-                logger.info("%s %d round %d: %.0f vs %.0f tokens/s (%.3fx)", wiring,
-                            batch_tokens, round_ + 1, row["tuned"], row["default"],
-                            row["ratio"])  # fmt: skip
+                }
+                logger.info(
+                    "%s %d round %d: %.0f vs %.0f tokens/s (%.3fx)",
+                    wiring,
+                    batch_tokens,
+                    round_ + 1,
+                    row["tuned"],
+                    row["default"],
+                    row["ratio"],
+                )
                 rows.append(row)
     return rows
 
 
 def render(results: dict[str, Any]) -> str:
     lines = [
-        "# Allocator: glibc's settings vs the pipeline's", "",
+        "# Allocator: glibc's settings vs the pipeline's",
+        "",
         f"{results['date']}, {results['cpu']}; `{results['command']}`; {results['scorer']} "
         f"h{results['hidden_size']}, {results['precision']}, one thread per worker, both "
-        f"workers at once for {results['seconds']:g} s per round.", "",
+        f"workers at once for {results['seconds']:g} s per round.",
+        "",
         "| wiring | batch tokens | round | default tokens/s | tuned tokens/s | tuned / default "
         "| system s default / tuned |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
-    ]  # fmt: skip
+    ]
     for r in results["rows"]:
         system = "-"
         if r["sys_s_default"] is not None:
             system = f"{r['sys_s_default']:.2f} / {r['sys_s_tuned']:.2f}"
-        lines.append(f"| {r['wiring']} | {r['batch_tokens']} | {r['round']} | {r['default']:.0f} "
-                     f"| {r['tuned']:.0f} | {r['ratio']:.3f} | {system} |")  # fmt: skip
+        lines.append(
+            f"| {r['wiring']} | {r['batch_tokens']} | {r['round']} | {r['default']:.0f} "
+            f"| {r['tuned']:.0f} | {r['ratio']:.3f} | {system} |"
+        )
     lines += ["", "Median ratio per case:", ""]
     for case, ratio in results["median_ratio"].items():
         lines.append(f"- {case}: {ratio:.3f}x")
@@ -103,11 +126,16 @@ def main() -> None:
     for r in rows:
         cases.setdefault(f"{r['wiring']}, {r['batch_tokens']}-token batches", []).append(r["ratio"])
     results = {
-        "date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(),
-        "command": "python -m benchmarks.allocator", "scorer": args.scorer,
-        "hidden_size": args.hidden_size, "precision": args.precision, "seconds": args.seconds,
-        "rows": rows, "median_ratio": {k: statistics.median(v) for k, v in cases.items()},
-    }  # fmt: skip
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_model(),
+        "command": "python -m benchmarks.allocator",
+        "scorer": args.scorer,
+        "hidden_size": args.hidden_size,
+        "precision": args.precision,
+        "seconds": args.seconds,
+        "rows": rows,
+        "median_ratio": {k: statistics.median(v) for k, v in cases.items()},
+    }
     write_json(args.out.with_suffix(".json"), results)
     write_text(args.out.with_suffix(".md"), render(results))
     print(render(results))

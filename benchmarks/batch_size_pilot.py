@@ -58,8 +58,9 @@ def main() -> None:
         variant = Variant(f"pilot-bt{batch_tokens}", model, train, {})
         with tempfile.TemporaryDirectory() as out_dir:
             limit = TimeLimit(60 * args.minutes, fail=False) if args.minutes else None
-            result = train_variant(variant, Path(args.tok), Path(out_dir), resume=False,
-                                   time_limit=limit)  # fmt: skip
+            result = train_variant(
+                variant, Path(args.tok), Path(out_dir), resume=False, time_limit=limit
+            )
         last = result.history[-1]
         rows.append(
             (batch_tokens, result.steps, last["dev_loss"], last["dev_bleu"], last["tokens_per_s"])

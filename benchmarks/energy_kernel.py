@@ -88,17 +88,25 @@ def op_reading(batches, size: int, rounds: int) -> dict[str, Any]:
         for mode in MODES:
             _switch(mode)
             outputs[mode] = run(case)
-        differences.append(max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
-                               for a, b in zip(outputs["native"], outputs["torch"])))  # fmt: skip
-    return {"ms": _alternating_ms(cases, run, rounds), "max_relative_difference": max(differences),
-            "shapes": [list(c[4].shape) for c in cases]}  # fmt: skip
+        differences.append(
+            max(
+                ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+                for a, b in zip(outputs["native"], outputs["torch"])
+            )
+        )
+    return {
+        "ms": _alternating_ms(cases, run, rounds),
+        "max_relative_difference": max(differences),
+        "shapes": [list(c[4].shape) for c in cases],
+    }
 
 
 def step_reading(batches, rounds: int) -> dict[str, Any]:
     """ms per training step of additive Luong h256, bf16, both implementations."""
     params = load_config(ROOT / "params.yaml").model
-    config = ModelConfig(scorer="additive", wiring="luong", cell=params.cell,
-                         hidden_size=256, embedding_size=256)  # fmt: skip
+    config = ModelConfig(
+        scorer="additive", wiring="luong", cell=params.cell, hidden_size=256, embedding_size=256
+    )
     model = workloads.build_model("pipeline", config, workloads.VOCAB_SIZE)
     optimizer = workloads.make_optimizer("pipeline", model)
     for mode in MODES:
@@ -113,22 +121,35 @@ def step_reading(batches, rounds: int) -> dict[str, Any]:
 
 def render(results: dict[str, Any]) -> str:
     lines = [
-        "# The compiled additive-energy kernel against the torch blocks", "",
+        "# The compiled additive-energy kernel against the torch blocks",
+        "",
         f"{results['date']}, {results['cpu']}, one thread; {results['batches']} real "
         f"{results['batch_tokens']}-token training batches; other load "
-        f"{results['other_load']:.0%} before the run.", "",
-    ]  # fmt: skip
+        f"{results['other_load']:.0%} before the run.",
+        "",
+    ]
     rows = []
-    for name, reading in (("energy forward + backward, ms per batch", results["op"]),
-                          (f"training step ({results['step']['cell']}, bf16), ms",
-                           results["step"])):  # fmt: skip
+    for name, reading in (
+        ("energy forward + backward, ms per batch", results["op"]),
+        (f"training step ({results['step']['cell']}, bf16), ms", results["step"]),
+    ):
         torch_ms, native_ms = (statistics.median(reading["ms"][m]) for m in MODES)
         spread = [f"{min(reading['ms'][m]):.2f}-{max(reading['ms'][m]):.2f}" for m in MODES]
-        rows.append([name, f"{torch_ms:.2f} ({spread[0]})", f"{native_ms:.2f} ({spread[1]})",
-                     f"{torch_ms / native_ms:.2f}x"])  # fmt: skip
+        rows.append(
+            [
+                name,
+                f"{torch_ms:.2f} ({spread[0]})",
+                f"{native_ms:.2f} ({spread[1]})",
+                f"{torch_ms / native_ms:.2f}x",
+            ]
+        )
     lines += table("median over rounds (range)|torch blocks|compiled kernel|speed-up", rows)
-    lines += ["", f"Largest relative difference of scores or gradients between the two, over "
-                  f"the batches: {results['op']['max_relative_difference']:.1e}.", ""]  # fmt: skip
+    lines += [
+        "",
+        f"Largest relative difference of scores or gradients between the two, over "
+        f"the batches: {results['op']['max_relative_difference']:.1e}.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -147,10 +168,14 @@ def main(argv: list[str] | None = None) -> None:
     split, _ = workloads.load_split(ROOT / "data" / "tok", "train", workloads.VOCAB_SIZE)
     batches = workloads.sample_batches(split, args.batch_tokens, args.batches, seed=1)
     results = {
-        "date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "other_load": load,
-        "batches": args.batches, "batch_tokens": args.batch_tokens,
-        "op": op_reading(batches, 256, args.rounds), "step": step_reading(batches, args.rounds),
-    }  # fmt: skip
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_model(),
+        "other_load": load,
+        "batches": args.batches,
+        "batch_tokens": args.batch_tokens,
+        "op": op_reading(batches, 256, args.rounds),
+        "step": step_reading(batches, args.rounds),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "energy_kernel.json", json.dumps(results, indent=1))
     markdown = render(results)

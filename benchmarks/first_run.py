@@ -71,23 +71,34 @@ def run_streamed(command: list[str], cwd: Path, log: Path, env: dict[str, str]) 
     marks: list[tuple[str, float]] = []
     with log.open("w", encoding="utf-8") as sink:
         process = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", bufsize=1,
-        )  # fmt: skip
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
         assert process.stdout is not None
         for line in process.stdout:
             sink.write(line)
             match = STAGE_LINE.search(line)
             if match:
                 marks.append((match.group(1), time.perf_counter() - start))
-                logger.info("%s: stage %s at %.1f min", command[-1], match.group(1),
-                            marks[-1][1] / 60)  # fmt: skip
+                logger.info(
+                    "%s: stage %s at %.1f min", command[-1], match.group(1), marks[-1][1] / 60
+                )
         code = process.wait()
     total = time.perf_counter() - start
     ends = [t for _, t in marks[1:]] + [total]
     stages = {name: round(end - begin, 1) for (name, begin), end in zip(marks, ends)}
-    return {"command": " ".join(command), "exit_code": code, "wall_s": round(total, 1),
-            "stages_s": stages}  # fmt: skip
+    return {
+        "command": " ".join(command),
+        "exit_code": code,
+        "wall_s": round(total, 1),
+        "stages_s": stages,
+    }
 
 
 def junit_counts(path: Path) -> dict[str, Any]:
@@ -203,8 +214,14 @@ def readme_block(out: Path = OUT) -> str:
 
 def update_readme(readme: Path, out: Path = OUT, check: bool = False) -> int:
     """Rewrite (or, with ``check``, compare) the block between the first-run markers."""
-    return sync_block(readme, readme_block(out), START, END, check,
-                      "python -m benchmarks.first_run --update-readme")  # fmt: skip
+    return sync_block(
+        readme,
+        readme_block(out),
+        START,
+        END,
+        check,
+        "python -m benchmarks.first_run --update-readme",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,8 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--rev", default="HEAD")
     cli.add_argument("--workdir", type=Path, help="an absent or empty folder")
     cli.add_argument("--setup-args", nargs="*", default=[], help="make variables for `make setup`")
-    cli.add_argument("--steps", nargs="+", default=["setup", "study", "test"],
-                     choices=["setup", "study", "test", "quick"])  # fmt: skip
+    cli.add_argument(
+        "--steps",
+        nargs="+",
+        default=["setup", "study", "test"],
+        choices=["setup", "study", "test", "quick"],
+    )
     cli.add_argument("--name", default="first_run", help="results file name (no suffix)")
     cli.add_argument("--out", type=Path, default=OUT)
     cli.add_argument("--update-readme", action="store_true", help="only rewrite README's table")
@@ -228,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir, args.out = args.workdir.resolve(), args.out.resolve()
     if args.workdir.exists() and any(args.workdir.iterdir()):
         raise SystemExit(f"error: --workdir {args.workdir} is not empty")
-    revision = subprocess.run(["git", "rev-parse", args.rev], cwd=args.repo, check=True,
-                              capture_output=True, text=True).stdout.strip()  # fmt: skip
-    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(args.repo), str(args.workdir)],
-                   check=True)  # fmt: skip
+    revision = subprocess.run(
+        ["git", "rev-parse", args.rev], cwd=args.repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    subprocess.run(
+        ["git", "clone", "-q", "--no-hardlinks", str(args.repo), str(args.workdir)], check=True
+    )
     subprocess.run(["git", "checkout", "-q", revision], cwd=args.workdir, check=True)
     env = {  # a new user's shell: none of this checkout's environment or settings
         k: v
@@ -267,10 +290,14 @@ def main(argv: list[str] | None = None) -> int:
         if result["setup"]["exit_code"]:
             return 1
         torch_version = subprocess.run(
-            [str(args.workdir / ".venv" / "bin" / "python"), "-c",
-             "import torch; print(torch.__version__)"],
-            capture_output=True, text=True,
-        ).stdout.strip()  # fmt: skip
+            [
+                str(args.workdir / ".venv" / "bin" / "python"),
+                "-c",
+                "import torch; print(torch.__version__)",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         result["environment"]["torch"] = torch_version
     if "study" in args.steps:
         result["study"] = run_streamed(["make", "study"], args.workdir, logs / "study.log", env)

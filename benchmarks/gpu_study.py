@@ -56,8 +56,12 @@ def run_variant(
     device = claim_device(gpus, args.cpus)
     precision = resolve(args.precision or config.train.precision, device)
     name = f"{scorer}-fwd-h{args.hidden}-bt{batch_tokens}-{precision}"
-    overrides = {"scorer": scorer, "hidden_size": args.hidden, "batch_tokens": batch_tokens,
-                 "precision": precision}  # fmt: skip
+    overrides = {
+        "scorer": scorer,
+        "hidden_size": args.hidden,
+        "batch_tokens": batch_tokens,
+        "precision": precision,
+    }
     if not args.converge:  # quality in time: no stop rule but the clock
         overrides |= {"max_epochs": 1000, "max_steps": 0, "min_learning_rate": 0}
     variant = study_variant(config, name, {"scorer": scorer}, overrides)
@@ -65,8 +69,9 @@ def run_variant(
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     limit = TimeLimit(60 * args.minutes, fail=False)  # a benchmark of quality in time
-    result = train_variant(variant, data, work / name, device=device, resume=False,
-                           time_limit=limit)  # fmt: skip
+    result = train_variant(
+        variant, data, work / name, device=device, resume=False, time_limit=limit
+    )
     train_peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     train_reserved = torch.cuda.max_memory_reserved() / 2**20 if cuda else None
 
@@ -106,9 +111,13 @@ def run_variant(
     }
     logger.info(
         "%s: %d steps, %.0f tok/s, best dev BLEU %.2f, test BLEU %.2f, decode %.1f s",
-        name, row["steps"], row["tokens_per_s"], row["best_dev_bleu"], test_bleu,
+        name,
+        row["steps"],
+        row["tokens_per_s"],
+        row["best_dev_bleu"],
+        test_bleu,
         row["decode_s"],
-    )  # fmt: skip
+    )
     return row
 
 

@@ -74,8 +74,12 @@ def main(argv: list[str] | None = None) -> None:
     config = load_config(args.params)
     variants = {v.id: v for v in expand_grid(config)}
     chosen = [_variant(variants, i) for i in args.ids] if args.ids else list(variants.values())
-    overrides = {"max_steps": args.steps, "patience": 10**6, "max_epochs": 10**4,
-                 "min_learning_rate": 0}  # fmt: skip
+    overrides = {
+        "max_steps": args.steps,
+        "patience": 10**6,
+        "max_epochs": 10**4,
+        "min_learning_rate": 0,
+    }
     if args.dev_bleu_sentences:
         overrides["dev_bleu_sentences"] = args.dev_bleu_sentences
     if args.eval_every:
@@ -85,10 +89,11 @@ def main(argv: list[str] | None = None) -> None:
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
         futures = {
-            pool.submit(_train, v, args.tok, str(Path(args.out) / v.id), args.device,
-                        args.threads): v.id
+            pool.submit(
+                _train, v, args.tok, str(Path(args.out) / v.id), args.device, args.threads
+            ): v.id
             for v in chosen
-        }  # fmt: skip
+        }
         for future in as_completed(futures):
             try:
                 line, seconds = future.result()

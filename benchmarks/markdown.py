@@ -41,8 +41,12 @@ def max_other_load(results: dict[str, Any]) -> float:
     """The highest ``other_load`` of any trial (see ``benchmarks.trials``)."""
     trials = [*results["training"], *results["decoding"]]
     trials += [r["reference"] for r in results["reference"]]
-    trials += [r["pipeline"][side] for r in results["reference"] for side in ("before", "after")
-               if side in r["pipeline"]]  # fmt: skip
+    trials += [
+        r["pipeline"][side]
+        for r in results["reference"]
+        for side in ("before", "after")
+        if side in r["pipeline"]
+    ]
     trials += [results["ceiling"]["one_thread"], results["ceiling"]["two_threads"]]
     threads = results["threads"]
     trials += [*threads["mixed_pair"], *threads["pair_one_thread"], threads["alone_one_thread"]]
@@ -87,35 +91,66 @@ def summary(results: dict[str, Any]) -> list[str]:
         return text
 
     rows = [
-        ["fp32 matmul ceiling, 1 / 2 threads", f"{gflops(ceiling['one_thread']['flops_per_s'])}"
-         f" / {gflops(ceiling['two_threads']['flops_per_s'])} GFLOP/s"],
-        ["bf16 matmul, 1 / 2 threads (for comparison)",
-         f"{gflops(ceiling['bf16_one_thread']['flops_per_s'])} / "
-         f"{gflops(ceiling['bf16_two_threads']['flops_per_s'])} GFLOP/s"],
-        *([f"training, {name} h{hidden}, 1 thread, {precision}", f"{r['tokens_per_s']:.0f} "
-           f"tok/s, {gflops(r['flops_per_s'])} GFLOP/s ({used(r['flops_per_s'], 1)})"]
-          for name, r in (("additive luong", main), ("none", plain))),
-        [f"2 concurrent 1-thread trials (additive + none luong h{hidden}), {precision}",
-         f"{gflops(threads['mixed_pair_flops_per_s'])} GFLOP/s, "
-         f"{used(threads['mixed_pair_flops_per_s'], 2)}"],
-        [f"pipeline ({precision}) / per-step fp32 reference, additive h{hidden} "
-         "(luong / bahdanau)", speedups],
-        *([[f"pipeline (fp32) / per-step fp32 reference, additive h{hidden} (luong / bahdanau)",
-            speedups_fp32]] if precision != "fp32" else []),  # fp32: the row above
-        [f"decoding, additive h{hidden}, greedy / beam 5 ({greedy.get('precision', 'fp32')})",
-         f"{greedy['sentences_per_s']:.0f} / "
-         f"{beam['sentences_per_s']:.1f} sentences/s"],
+        [
+            "fp32 matmul ceiling, 1 / 2 threads",
+            f"{gflops(ceiling['one_thread']['flops_per_s'])}"
+            f" / {gflops(ceiling['two_threads']['flops_per_s'])} GFLOP/s",
+        ],
+        [
+            "bf16 matmul, 1 / 2 threads (for comparison)",
+            f"{gflops(ceiling['bf16_one_thread']['flops_per_s'])} / "
+            f"{gflops(ceiling['bf16_two_threads']['flops_per_s'])} GFLOP/s",
+        ],
+        *(
+            [
+                f"training, {name} h{hidden}, 1 thread, {precision}",
+                f"{r['tokens_per_s']:.0f} "
+                f"tok/s, {gflops(r['flops_per_s'])} GFLOP/s ({used(r['flops_per_s'], 1)})",
+            ]
+            for name, r in (("additive luong", main), ("none", plain))
+        ),
+        [
+            f"2 concurrent 1-thread trials (additive + none luong h{hidden}), {precision}",
+            f"{gflops(threads['mixed_pair_flops_per_s'])} GFLOP/s, "
+            f"{used(threads['mixed_pair_flops_per_s'], 2)}",
+        ],
+        [
+            f"pipeline ({precision}) / per-step fp32 reference, additive h{hidden} "
+            "(luong / bahdanau)",
+            speedups,
+        ],
+        *(
+            [
+                [
+                    "pipeline (fp32) / per-step fp32 reference, "
+                    f"additive h{hidden} (luong / bahdanau)",
+                    speedups_fp32,
+                ]
+            ]
+            if precision != "fp32"
+            else []
+        ),  # fp32: the row above
+        [
+            f"decoding, additive h{hidden}, greedy / beam 5 ({greedy.get('precision', 'fp32')})",
+            f"{greedy['sentences_per_s']:.0f} / {beam['sentences_per_s']:.1f} sentences/s",
+        ],
         ["peak RSS of a training trial (additive luong)", memory],
-        [f"2 x 1-thread trials vs 1 x 2-thread trial (additive h{hidden})",
-         f"{threads['pair_tokens_per_s']:.0f} vs {two:.0f} tok/s "
-         f"({threads['pair_over_two_threads']:.2f}x)"],
-    ]  # fmt: skip
+        [
+            f"2 x 1-thread trials vs 1 x 2-thread trial (additive h{hidden})",
+            f"{threads['pair_tokens_per_s']:.0f} vs {two:.0f} tok/s "
+            f"({threads['pair_over_two_threads']:.2f}x)",
+        ],
+    ]
     if "speedup" in results.get("sweep", {}):
         sweep = results["sweep"]
-        rows.append([f"{sweep['two'].get('variants', '?')}-variant sweep through Ray, "
-                     "2 vs 1 trials at a time",
-                     f"{duration(sweep['two']['seconds'])} vs "
-                     f"{duration(sweep['one']['seconds'])} ({sweep['speedup']:.2f}x)"])  # fmt: skip
+        rows.append(
+            [
+                f"{sweep['two'].get('variants', '?')}-variant sweep through Ray, "
+                "2 vs 1 trials at a time",
+                f"{duration(sweep['two']['seconds'])} vs "
+                f"{duration(sweep['one']['seconds'])} ({sweep['speedup']:.2f}x)",
+            ]
+        )
     return table("measure|result", rows)
 
 
@@ -126,16 +161,26 @@ def ceiling_section(results: dict[str, Any]) -> list[str]:
     rows = [
         ["1 process x 1 thread", gflops(one["flops_per_s"]), percent(one["other_load"])],
         ["1 process x 2 threads", gflops(two["flops_per_s"]), percent(two["other_load"])],
-        ["2 processes x 1 thread, at once (sum)", gflops(ceiling["two_processes_flops_per_s"]),
-         percent(pair[0]["other_load"])],
-    ]  # fmt: skip
+        [
+            "2 processes x 1 thread, at once (sum)",
+            gflops(ceiling["two_processes_flops_per_s"]),
+            percent(pair[0]["other_load"]),
+        ],
+    ]
     for key, threads in (("bf16_one_thread", 1), ("bf16_two_threads", 2)):
         bf16 = ceiling[key]
-        rows.append([f"bf16, 1 process x {threads} thread(s)", gflops(bf16["flops_per_s"]),
-                     percent(bf16["other_load"])])  # fmt: skip
+        rows.append(
+            [
+                f"bf16, 1 process x {threads} thread(s)",
+                gflops(bf16["flops_per_s"]),
+                percent(bf16["other_load"]),
+            ]
+        )
     title = f"## 1. Ceiling: fp32 matmul {size}x{size} @ {size}x{size} (median)"
-    note = ("Training fractions below are of the ceiling of the dtype the products run in "
-            "(bf16 when `precision` resolved to bf16) and of the fp32 ceiling.")  # fmt: skip
+    note = (
+        "Training fractions below are of the ceiling of the dtype the products run in "
+        "(bf16 when `precision` resolved to bf16) and of the fp32 ceiling."
+    )
     return [title, ""] + table("arrangement|GFLOP/s|other load", rows) + ["", note]
 
 
@@ -150,18 +195,30 @@ def training_section(results: dict[str, Any]) -> list[str]:
         return [percent(r["flops_per_s"] / bf16_ceiling), fp32] if precision == "bf16" else [fp32]
 
     rows = [
-        [r["scorer"], "-" if r["scorer"] == "none" else r["wiring"], r["hidden_size"],
-         f"{r['tokens_per_s']:.0f}", gflops(r["flops_per_step"]), gflops(r["flops_per_s"]),
-         *fractions(r), f"{r['peak_rss_mib']:.0f}", percent(r["other_load"])]
+        [
+            r["scorer"],
+            "-" if r["scorer"] == "none" else r["wiring"],
+            r["hidden_size"],
+            f"{r['tokens_per_s']:.0f}",
+            gflops(r["flops_per_step"]),
+            gflops(r["flops_per_s"]),
+            *fractions(r),
+            f"{r['peak_rss_mib']:.0f}",
+            percent(r["other_load"]),
+        ]
         for r in training
-    ]  # fmt: skip
+    ]
     first = training[0]
-    lines = [f"## 2. Training, 1 thread, precision {precision}", "",
-             f"Data: {first['data']}; timed batches: {first['mean_sentences']:.0f} sentences, "
-             f"{first['mean_source_positions']:.0f} x {first['mean_target_positions']:.0f} "
-             "padded source x target positions on average; padding "
-             f"{percent(first.get('source_padding', 0))} of source and "
-             f"{percent(first.get('target_padding', 0))} of target positions.", ""]  # fmt: skip
+    lines = [
+        f"## 2. Training, 1 thread, precision {precision}",
+        "",
+        f"Data: {first['data']}; timed batches: {first['mean_sentences']:.0f} sentences, "
+        f"{first['mean_source_positions']:.0f} x {first['mean_target_positions']:.0f} "
+        "padded source x target positions on average; padding "
+        f"{percent(first.get('source_padding', 0))} of source and "
+        f"{percent(first.get('target_padding', 0))} of target positions.",
+        "",
+    ]
     shares = "of 1-thread fp32 ceiling"
     if precision == "bf16":
         shares = "of 1-thread bf16 ceiling|" + shares
@@ -170,19 +227,32 @@ def training_section(results: dict[str, Any]) -> list[str]:
         rows,
     )
     ratios = [executed_ratio(r) for r in training]
-    lines += ["", f"FLOP formula check: torch's FlopCounterMode / benchmarks.flops on each trial's "
-              f"first batch = {min(ratios):.3f} - {max(ratios):.3f}."]  # fmt: skip
+    lines += [
+        "",
+        f"FLOP formula check: torch's FlopCounterMode / benchmarks.flops on each trial's "
+        f"first batch = {min(ratios):.3f} - {max(ratios):.3f}.",
+    ]
     pair_rows = []
     for r in threads["mixed_pair"]:
         alone = find(training, r["scorer"], r["wiring"], r["hidden_size"])
-        pair_rows.append([r["scorer"], f"{alone['tokens_per_s']:.0f}", f"{r['tokens_per_s']:.0f}",
-                          gflops(r["flops_per_s"]), percent(r["overlap"]),
-                          percent(r["other_load"])])  # fmt: skip
+        pair_rows.append(
+            [
+                r["scorer"],
+                f"{alone['tokens_per_s']:.0f}",
+                f"{r['tokens_per_s']:.0f}",
+                gflops(r["flops_per_s"]),
+                percent(r["overlap"]),
+                percent(r["other_load"]),
+            ]
+        )
     pair_rows.append(["both", "", "", gflops(threads["mixed_pair_flops_per_s"]), "", ""])
-    lines += ["", f"Two 1-thread trials at once (luong, hidden {r['hidden_size']}, "
-              f"{r['window_seconds']:.0f} s windows): together "
-              f"{percent(threads['mixed_pair_ceiling_fraction'])} of the 2-thread ceiling.",
-              ""]  # fmt: skip
+    lines += [
+        "",
+        f"Two 1-thread trials at once (luong, hidden {r['hidden_size']}, "
+        f"{r['window_seconds']:.0f} s windows): together "
+        f"{percent(threads['mixed_pair_ceiling_fraction'])} of the 2-thread ceiling.",
+        "",
+    ]
     return lines + table(
         "trial|tok/s alone|tok/s at once|GFLOP/s at once|overlap|other load", pair_rows
     )
@@ -195,14 +265,21 @@ def executed_ratio(trial: dict[str, Any]) -> float:
 
 def reference_section(results: dict[str, Any]) -> list[str]:
     rows = [
-        [r["scorer"], r["wiring"], r["hidden_size"], bracket(r["pipeline"]),
-         f"{r['pipeline_fp32']['tokens_per_s']:.0f}",
-         f"{r['reference']['tokens_per_s']:.0f}", f"{r['speedup']:.2f}x",
-         f"{r['speedup_fp32']:.2f}x",
-         f"{executed_ratio(r['reference']):.2f}x",
-         f"{r['reference']['loss_relative_difference']:.1e}", percent(r["reference"]["other_load"])]
+        [
+            r["scorer"],
+            r["wiring"],
+            r["hidden_size"],
+            bracket(r["pipeline"]),
+            f"{r['pipeline_fp32']['tokens_per_s']:.0f}",
+            f"{r['reference']['tokens_per_s']:.0f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['speedup_fp32']:.2f}x",
+            f"{executed_ratio(r['reference']):.2f}x",
+            f"{r['reference']['loss_relative_difference']:.1e}",
+            percent(r["reference"]["other_load"]),
+        ]
         for r in results["reference"]
-    ]  # fmt: skip
+    ]
     header = (
         f"scorer|wiring|hidden|pipeline ({results['setup']['precision']}) tok/s, before / after"
         "|pipeline (fp32) tok/s|reference (fp32) tok/s|speed-up|speed-up, fp32 only"
@@ -230,23 +307,32 @@ def bracket(pipeline: dict[str, Any]) -> str:
 
 def decoding_section(results: dict[str, Any]) -> list[str]:
     rows = [
-        [row["scorer"], row["hidden_size"],
-         ("greedy" if s["beam_size"] == 1 else f"beam {s['beam_size']}")
-         + f" ({s.get('precision', 'fp32')})", s["batch_sentences"],
-         f"{s['sentences_per_s']:.1f}",
-         f"{s['mean_hypothesis_tokens']:.1f} ({s['mean_reference_tokens']:.1f})",
-         percent(s["share_at_length_limit"]), f"{row['peak_rss_mib']:.0f}",
-         percent(row["other_load"])]
+        [
+            row["scorer"],
+            row["hidden_size"],
+            ("greedy" if s["beam_size"] == 1 else f"beam {s['beam_size']}")
+            + f" ({s.get('precision', 'fp32')})",
+            s["batch_sentences"],
+            f"{s['sentences_per_s']:.1f}",
+            f"{s['mean_hypothesis_tokens']:.1f} ({s['mean_reference_tokens']:.1f})",
+            percent(s["share_at_length_limit"]),
+            f"{row['peak_rss_mib']:.0f}",
+            percent(row["other_load"]),
+        ]
         for row in results["decoding"]
         for s in row["searches"]
-    ]  # fmt: skip
+    ]
     first = results["decoding"][0]
     models = "; ".join(f"{r['scorer']}: {r['model']}" for r in results["decoding"])
     header = (
         "scorer|hidden|search|batch|sentences/s|hyp. tokens (ref.)|at limit|peak RSS MiB|other load"
     )
-    return [f"## 4. Decoding, 1 thread, {first['searches'][0]['sentences']} test sentences", "",
-            f"Data: {first['data']}. Models: {models}.", ""] + table(header, rows)  # fmt: skip
+    return [
+        f"## 4. Decoding, 1 thread, {first['searches'][0]['sentences']} test sentences",
+        "",
+        f"Data: {first['data']}. Models: {models}.",
+        "",
+    ] + table(header, rows)
 
 
 def memory_section(results: dict[str, Any]) -> list[str]:
@@ -255,8 +341,9 @@ def memory_section(results: dict[str, Any]) -> list[str]:
         trials = [r for r in results["training"] if r["hidden_size"] == hidden]
         peak = [r["peak_rss_mib"] for r in trials]
         setup = [r["rss_setup_mib"] for r in trials]
-        rows.append([hidden, f"{min(peak):.0f} - {max(peak):.0f}",
-                     f"{min(setup):.0f} - {max(setup):.0f}"])  # fmt: skip
+        rows.append(
+            [hidden, f"{min(peak):.0f} - {max(peak):.0f}", f"{min(setup):.0f} - {max(setup):.0f}"]
+        )
     title = "## 5. Peak RSS per training trial (range over scorers and wirings)"
     return [title, ""] + table("hidden|peak RSS MiB|RSS before the first step MiB", rows)
 
@@ -267,10 +354,14 @@ def threads_section(results: dict[str, Any]) -> list[str]:
     two = threads["one_process_two_threads"]
     rows = [
         ["1 process x 1 thread", f"{alone['tokens_per_s']:.0f}", "-", percent(alone["other_load"])],
-        ["2 processes x 1 thread, at once", f"{threads['pair_tokens_per_s']:.0f}",
-         " + ".join(f"{r['tokens_per_s']:.0f}" for r in pair), percent(pair[0]["other_load"])],
+        [
+            "2 processes x 1 thread, at once",
+            f"{threads['pair_tokens_per_s']:.0f}",
+            " + ".join(f"{r['tokens_per_s']:.0f}" for r in pair),
+            percent(pair[0]["other_load"]),
+        ],
         ["1 process x 2 threads", f"{two['tokens_per_s']:.0f}", "-", percent(two["other_load"])],
-    ]  # fmt: skip
+    ]
     title = (
         f"## 6. Threads (additive luong h{alone['hidden_size']}, "
         f"{alone['window_seconds']:.0f} s windows)"
@@ -294,16 +385,28 @@ def sweep_section(results: dict[str, Any]) -> list[str]:
         return [title, "", f"Skipped: {sweep['skipped']}."]
     one, two = sweep["one"], sweep["two"]
     rows = [
-        [run["concurrent_trials"], run["variants"], run["steps_per_variant"],
-         duration(run["seconds"]), f"{run['trial_seconds']:.0f} s",
-         " / ".join(f"{t:.0f}" for t in run["tokens_per_s_per_trial"]),
-         percent(run["other_load_before"])]
+        [
+            run["concurrent_trials"],
+            run["variants"],
+            run["steps_per_variant"],
+            duration(run["seconds"]),
+            f"{run['trial_seconds']:.0f} s",
+            " / ".join(f"{t:.0f}" for t in run["tokens_per_s_per_trial"]),
+            percent(run["other_load_before"]),
+        ]
         for run in (one, two)
-    ]  # fmt: skip
-    header = ("trials at a time|variants|steps each|stage wall time|sum of trial times"
-              "|tokens/s per trial|other load before")  # fmt: skip
-    lines = [title, "", "The real train stage (Ray Tune + MLflow) on the study's data, "
-             "none/dot/additive/general, one hidden size.", ""]  # fmt: skip
+    ]
+    header = (
+        "trials at a time|variants|steps each|stage wall time|sum of trial times"
+        "|tokens/s per trial|other load before"
+    )
+    lines = [
+        title,
+        "",
+        "The real train stage (Ray Tune + MLflow) on the study's data, "
+        "none/dot/additive/general, one hidden size.",
+        "",
+    ]
     return (
         lines
         + table(header, rows)
@@ -327,18 +430,31 @@ def study_section(results: dict[str, Any]) -> list[str]:
 
 def render(results: dict[str, Any]) -> str:
     setup = results["setup"]
-    lines = ["# Benchmarks: latest run", "",
-             f"{setup['cpu']}, {setup['cores']} cores, torch {setup['torch']}; {setup['started']}; "
-             f"whole run {duration(setup['run_seconds'])}. Training trials: "
-             f"{setup['warmup_steps']} warm-up + {setup['timed_steps']} timed steps, embedding "
-             f"{setup['embedding_size']}, vocabulary {setup['vocab_size']}, batch_tokens "
-             f"{setup['batch_tokens']}. Other processes' load (share of all cores): "
-             f"{percent(setup['other_load_at_start'])} at the start, at most "
-             f"{percent(max_other_load(results))} during a trial."
-             + (" QUICK MODE (tiny sizes)." if setup["quick"] else ""),
-             "", "## Summary", ""]  # fmt: skip
+    lines = [
+        "# Benchmarks: latest run",
+        "",
+        f"{setup['cpu']}, {setup['cores']} cores, torch {setup['torch']}; {setup['started']}; "
+        f"whole run {duration(setup['run_seconds'])}. Training trials: "
+        f"{setup['warmup_steps']} warm-up + {setup['timed_steps']} timed steps, embedding "
+        f"{setup['embedding_size']}, vocabulary {setup['vocab_size']}, batch_tokens "
+        f"{setup['batch_tokens']}. Other processes' load (share of all cores): "
+        f"{percent(setup['other_load_at_start'])} at the start, at most "
+        f"{percent(max_other_load(results))} during a trial."
+        + (" QUICK MODE (tiny sizes)." if setup["quick"] else ""),
+        "",
+        "## Summary",
+        "",
+    ]
     lines += summary(results)
-    for section in (ceiling_section, training_section, reference_section, decoding_section,
-                    memory_section, threads_section, study_section, sweep_section):  # fmt: skip
+    for section in (
+        ceiling_section,
+        training_section,
+        reference_section,
+        decoding_section,
+        memory_section,
+        threads_section,
+        study_section,
+        sweep_section,
+    ):
         lines += [""] + section(results)
     return "\n".join(lines) + "\n"

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> dict:
                 "learning_rate": r["learning_rate"],
             }
             for r in result.history
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -147,9 +147,11 @@ def compare(paths: list[Path]) -> str:
         lines.append(f"| {step} | {loss} | {bleu} |")
     lines.append("")
     for r in runs:
-        lines.append(f"- {r['label']}: {r['machine']}, {r['device']}, torch {r['torch']}, "
-                     f"{r['precision']}, {r['threads']} thread(s), {r['steps']} steps in "
-                     f"{r['seconds']:.0f} s")  # fmt: skip
+        lines.append(
+            f"- {r['label']}: {r['machine']}, {r['device']}, torch {r['torch']}, "
+            f"{r['precision']}, {r['threads']} thread(s), {r['steps']} steps in "
+            f"{r['seconds']:.0f} s"
+        )
     return "\n".join(lines)
 
 

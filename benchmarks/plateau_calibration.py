@@ -75,16 +75,17 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for variant, curve in curves.groupby("variant", sort=True):
         stop = replay(curve, cfg)
-        rows.append({"variant": variant, "last_step": int(curve.step.max()),
-                     "replayed_stop": stop})  # fmt: skip
+        rows.append({"variant": variant, "last_step": int(curve.step.max()), "replayed_stop": stop})
     table = pd.DataFrame(rows)
     print(table.to_string(index=False))
     stops = table.replayed_stop.dropna()
     print(f"\nplateaued within the curve: {len(stops)} of {len(table)}")
     if len(stops):
         median = float(np.median(stops))
-        print(f"median steps to the plateau: {median:.0f}; "
-              f"{args.cap_factor:g} x median: {args.cap_factor * median:.0f}")  # fmt: skip
+        print(
+            f"median steps to the plateau: {median:.0f}; "
+            f"{args.cap_factor:g} x median: {args.cap_factor * median:.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -49,18 +49,28 @@ def step_ms(run: dict[str, Any]) -> list[float]:
 def render(results: dict[str, Any]) -> str:
     runs = results["runs"]
     lines = [
-        "# oneDNN primitive cache: default capacity against the pipeline's", "",
+        "# oneDNN primitive cache: default capacity against the pipeline's",
+        "",
         f"{results['date']}, {results['cpu']}; {results['setup']}; other load "
-        f"{results['other_load']:.0%}.", "",
-    ]  # fmt: skip
+        f"{results['other_load']:.0%}.",
+        "",
+    ]
     base, sized = runs[str(DEFAULT_CAPACITY)], runs[str(CAPACITY)]
-    rows = [[c, f"{r['seconds']:.1f}", f"{tokens_per_s(r):.0f}", f"{r['peak_rss_mib']:.0f}"]
-            for c, r in runs.items()]  # fmt: skip
+    rows = [
+        [c, f"{r['seconds']:.1f}", f"{tokens_per_s(r):.0f}", f"{r['peak_rss_mib']:.0f}"]
+        for c, r in runs.items()
+    ]
     lines += table("capacity|wall s|real target tokens/s|peak RSS MiB", rows)
-    lines += ["", f"Speed-up of the sized cache: {base['seconds'] / sized['seconds']:.2f}x "
-              "(wall seconds of the same steps).", ""]  # fmt: skip
-    rows = [[w["steps"], f"{a:.1f}", f"{b:.1f}"]
-            for w, a, b in zip(base["windows"], step_ms(base), step_ms(sized))]  # fmt: skip
+    lines += [
+        "",
+        f"Speed-up of the sized cache: {base['seconds'] / sized['seconds']:.2f}x "
+        "(wall seconds of the same steps).",
+        "",
+    ]
+    rows = [
+        [w["steps"], f"{a:.1f}", f"{b:.1f}"]
+        for w, a, b in zip(base["windows"], step_ms(base), step_ms(sized))
+    ]
     lines += table(f"up to step|ms/step at {DEFAULT_CAPACITY}|ms/step at {CAPACITY}", rows)
     return "\n".join(lines) + "\n"
 
@@ -82,9 +92,17 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.tok_dir / "train.npz").is_file():
         cli.error(f"{args.tok_dir / 'train.npz'}: missing (run `dvc repro tokenize` first)")
     train = load_config(ROOT / "params.yaml").train
-    spec = {"kind": "train_order", "steps": args.steps, "window": args.window,
-            "scorer": args.scorer, "wiring": args.wiring, "hidden_size": 256,
-            "embedding_size": 256, "precision": "bf16", "tok_dir": str(args.tok_dir)}  # fmt: skip
+    spec = {
+        "kind": "train_order",
+        "steps": args.steps,
+        "window": args.window,
+        "scorer": args.scorer,
+        "wiring": args.wiring,
+        "hidden_size": 256,
+        "embedding_size": 256,
+        "precision": "bf16",
+        "tok_dir": str(args.tok_dir),
+    }
     trials = run_trials([{**spec, "env": {ENV: str(c)}} for c in (DEFAULT_CAPACITY, CAPACITY)])
     runs = {trial["env"][ENV]: trial for trial in trials}
     for capacity, run in runs.items():

@@ -69,8 +69,13 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--steps", type=int, default=4)
     cli.add_argument("--top", type=int, default=15, help="operators listed by self time")
     cli.add_argument("--tok-dir", type=Path, default=Path("data/tok"))
-    cli.add_argument("--shapes", nargs="*", default=[], metavar="OPERATOR",
-                     help="also list these operators' time by input shapes")  # fmt: skip
+    cli.add_argument(
+        "--shapes",
+        nargs="*",
+        default=[],
+        metavar="OPERATOR",
+        help="also list these operators' time by input shapes",
+    )
     args = cli.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -97,32 +102,42 @@ def main(argv: list[str] | None = None) -> None:
 
     operators = {e.key: (e.self_cpu_time_total / 1e3, e.count) for e in prof.key_averages()}
     total = sum(ms for ms, _ in operators.values())  # ms of operator self time
-    print(f"{args.scorer} {args.wiring} {args.cell} h{args.hidden_size}, {args.precision}, "
-          f"{args.batch_tokens}-token batches ({source}); {len(timed)} profiled steps, "
-          f"{total / len(timed):.0f} ms of operator self time per step\n")  # fmt: skip
+    print(
+        f"{args.scorer} {args.wiring} {args.cell} h{args.hidden_size}, {args.precision}, "
+        f"{args.batch_tokens}-token batches ({source}); {len(timed)} profiled steps, "
+        f"{total / len(timed):.0f} ms of operator self time per step\n"
+    )
     print_shares("operator", operators, total, len(timed), args.top)
 
     roles: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
     shapes_of = [  # batches differ in shape: a product is classified against each of them
-        {"sentences": b.src.size(0), "source_positions": b.src.numel(),
-         "target_positions": b.tgt_in.numel()}
+        {
+            "sentences": b.src.size(0),
+            "source_positions": b.src.numel(),
+            "target_positions": b.tgt_in.numel(),
+        }
         for b in timed
-    ]  # fmt: skip
+    ]
     for e in prof.key_averages(group_by_input_shape=True):
         if e.key not in PRODUCTS:
             continue
         shapes = [s for s in e.input_shapes if s]
         found = {product_role(e.key, shapes, b, vocab) for b in shapes_of}
-        role = next((r for r in ("vocabulary", "batched", "whole sequence", "per step")
-                     if r in found), "other")  # fmt: skip
+        role = next(
+            (r for r in ("vocabulary", "batched", "whole sequence", "per step") if r in found),
+            "other",
+        )
         roles[role][0] += e.self_cpu_time_total / 1e3
         roles[role][1] += e.count
     print()
     print_shares("matrix products", roles, total, len(timed))
     by_shape = prof.key_averages(group_by_input_shape=True)
     for name in args.shapes:
-        shares = {str([s for s in e.input_shapes if s]): (e.self_cpu_time_total / 1e3, e.count)
-                  for e in by_shape if e.key == name}  # fmt: skip
+        shares = {
+            str([s for s in e.input_shapes if s]): (e.self_cpu_time_total / 1e3, e.count)
+            for e in by_shape
+            if e.key == name
+        }
         print()
         print_shares(f"{name} by input shapes", shares, total, len(timed), args.top)
 

@@ -52,11 +52,17 @@ def summarize(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def render(results: dict[str, Any]) -> str:
     setup = results["setup"]
     rows = [
-        [r["scorer"], r["wiring"], r["hidden_size"],
-         " / ".join(f"{s:.2f}x" for s in r["speedups"]), f"{r['median_speedup']:.2f}x",
-         " / ".join(f"{s:.2f}x" for s in r["speedups_fp32"]), f"{r['median_speedup_fp32']:.2f}x"]
+        [
+            r["scorer"],
+            r["wiring"],
+            r["hidden_size"],
+            " / ".join(f"{s:.2f}x" for s in r["speedups"]),
+            f"{r['median_speedup']:.2f}x",
+            " / ".join(f"{s:.2f}x" for s in r["speedups_fp32"]),
+            f"{r['median_speedup_fp32']:.2f}x",
+        ]
         for r in results["summary"]
-    ]  # fmt: skip
+    ]
     header = (
         f"scorer|wiring|hidden|pipeline ({setup['precision']}) / reference, each round|median"
         "|pipeline (fp32) / reference, each round|median"

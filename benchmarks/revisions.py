@@ -36,15 +36,24 @@ def worktree(revision: str, path: Path) -> Iterator[Path]:
     """A detached git worktree of ``revision`` at ``path``, removed again on exit; a
     revision git cannot check out exits with a one-line error."""
     try:
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(path), revision],
-                       cwd=ROOT, check=True, capture_output=True, text=True)  # fmt: skip
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", "-q", str(path), revision],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     except subprocess.CalledProcessError as error:
         sys.exit(f"error: {revision}: git worktree add failed: {error.stderr.strip()}")
     try:
         yield path
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
-                       check=False, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(path)],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+        )
 
 
 def params_for(tree: Path, scratch: Path, steps: int) -> Path:
@@ -72,8 +81,17 @@ def run_once(tree: Path, tok_dir: Path, steps: int) -> dict:
         ignored = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "STUDY_INFRA", "DVC_ROOT")
         env = {k: v for k, v in os.environ.items() if k not in ignored}
         env["PYTHONPATH"] = str(tree)
-        command = [sys.executable, "-m", "stages.train", "--params", str(params),
-                   "--tok", str(tok_dir), "--out", str(scratch / "models")]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "stages.train",
+            "--params",
+            str(params),
+            "--tok",
+            str(tok_dir),
+            "--out",
+            str(scratch / "models"),
+        ]
         start = time.perf_counter()
         done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - start
@@ -99,8 +117,10 @@ def main() -> None:
     if not (args.tok / "train.npz").is_file():
         sys.exit(f"error: {args.tok}: no tokenized corpus (run `dvc repro tokenize`)")
     results: dict[str, list[dict]] = {args.before: [], args.after: []}
-    with tempfile.TemporaryDirectory(prefix="revisions-trees-") as folder, \
-            contextlib.ExitStack() as stack:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="revisions-trees-") as folder,
+        contextlib.ExitStack() as stack,
+    ):
         trees = {
             revision: stack.enter_context(
                 worktree(revision, Path(folder) / revision.replace("/", "_"))

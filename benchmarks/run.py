@@ -89,8 +89,11 @@ def measure_ceiling(args, runner: TrialRunner) -> dict[str, Any]:
     total = sum(r["flops_per_s"] for r in pair)
     logger.info("matmul 2 processes x 1 thread: %.1f GFLOP/s in all", total / 1e9)
     bf16 = {n: runner.one({**spec, "threads": n, "dtype": "bf16"}) for n in (1, 2)}
-    logger.info("bf16 matmul 1 / 2 threads: %.1f / %.1f GFLOP/s",
-                bf16[1]["flops_per_s"] / 1e9, bf16[2]["flops_per_s"] / 1e9)  # fmt: skip
+    logger.info(
+        "bf16 matmul 1 / 2 threads: %.1f / %.1f GFLOP/s",
+        bf16[1]["flops_per_s"] / 1e9,
+        bf16[2]["flops_per_s"] / 1e9,
+    )
     return {
         "one_thread": one,
         "two_threads": two,
@@ -190,8 +193,13 @@ def measure_threads(args, runner: TrialRunner, ceiling: dict[str, Any]) -> dict[
     pair = runner.run([main, main])
     two_threads = runner.one({**main, "threads": 2})
     pair_tokens = sum(r["tokens_per_s"] for r in pair)
-    logger.info("additive h%d: alone %.0f, 2 x 1 thread %.0f, 1 x 2 threads %.0f tok/s", hidden,
-                alone["tokens_per_s"], pair_tokens, two_threads["tokens_per_s"])  # fmt: skip
+    logger.info(
+        "additive h%d: alone %.0f, 2 x 1 thread %.0f, 1 x 2 threads %.0f tok/s",
+        hidden,
+        alone["tokens_per_s"],
+        pair_tokens,
+        two_threads["tokens_per_s"],
+    )
     return {
         "mixed_pair": mixed,
         "mixed_pair_flops_per_s": mixed_flops,

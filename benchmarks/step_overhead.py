@@ -61,16 +61,24 @@ def fit(samples: list[dict[str, float]], columns: list[str]) -> dict[str, float]
     coefficients, *_ = np.linalg.lstsq(x, y, rcond=None)
     residual = y - x @ coefficients
     r2 = 1 - float(residual @ residual) / float(((y - y.mean()) ** 2).sum())
-    return {"intercept_ms": float(coefficients[0]), "r2": r2,
-            **{f"ms_per_{c}": float(v) for c, v in zip(columns, coefficients[1:])}}  # fmt: skip
+    return {
+        "intercept_ms": float(coefficients[0]),
+        "r2": r2,
+        **{f"ms_per_{c}": float(v) for c, v in zip(columns, coefficients[1:])},
+    }
 
 
 def measure(args: argparse.Namespace, wiring: str, cell: str, ceiling: float) -> dict[str, Any]:
     """Time ``args.rounds`` steps of every size for one wiring and cell, rotating the order."""
     vocab = workloads.VOCAB_SIZE
     split, source = workloads.load_split(args.tok_dir, "train", vocab)
-    config = ModelConfig(scorer=args.scorer, wiring=wiring, cell=cell,
-                         hidden_size=args.hidden_size, embedding_size=256)  # fmt: skip
+    config = ModelConfig(
+        scorer=args.scorer,
+        wiring=wiring,
+        cell=cell,
+        hidden_size=args.hidden_size,
+        embedding_size=256,
+    )
     model = workloads.build_model("pipeline", config, vocab)
     optimizer = workloads.make_optimizer("pipeline", model)
     count = args.warmup + args.rounds
@@ -90,11 +98,15 @@ def measure(args: argparse.Namespace, wiring: str, cell: str, ceiling: float) ->
             tokens = workloads.training_step(model, optimizer, batch, args.precision)
             seconds = time.perf_counter() - start
             shape = BatchShape.of(batch)
-            samples.append({
-                "size": size, "seconds": seconds, "tokens": tokens,
-                "positions": shape.source_positions + shape.target_positions,
-                "flops": training_flops(config, vocab, shape),
-            })  # fmt: skip
+            samples.append(
+                {
+                    "size": size,
+                    "seconds": seconds,
+                    "tokens": tokens,
+                    "positions": shape.source_positions + shape.target_positions,
+                    "flops": training_flops(config, vocab, shape),
+                }
+            )
     other_load = window.shares()[0]
     rows = []
     for size in args.sizes:
@@ -102,20 +114,28 @@ def measure(args: argparse.Namespace, wiring: str, cell: str, ceiling: float) ->
         ms = statistics.median(s["seconds"] for s in mine) * 1e3
         tokens = statistics.mean(s["tokens"] for s in mine)
         flops = statistics.mean(s["flops"] for s in mine)
-        rows.append({
-            "size": size, "tokens": tokens, "step_ms": ms,
-            "tokens_per_s": sum(s["tokens"] for s in mine) / sum(s["seconds"] for s in mine),
-            "positions": statistics.mean(s["positions"] for s in mine),
-            "gflop": flops / 1e9,
-            "products_at_ceiling_ms": flops / ceiling * 1e3,
-        })  # fmt: skip
+        rows.append(
+            {
+                "size": size,
+                "tokens": tokens,
+                "step_ms": ms,
+                "tokens_per_s": sum(s["tokens"] for s in mine) / sum(s["seconds"] for s in mine),
+                "positions": statistics.mean(s["positions"] for s in mine),
+                "gflop": flops / 1e9,
+                "products_at_ceiling_ms": flops / ceiling * 1e3,
+            }
+        )
         logger.info("%s %s %d tokens: %.1f ms per step", wiring, cell, size, ms)
     return {
-        "wiring": wiring, "cell": cell, "data": source, "other_load": other_load, "rows": rows,
+        "wiring": wiring,
+        "cell": cell,
+        "data": source,
+        "other_load": other_load,
+        "rows": rows,
         "samples": samples,
         "fit_tokens": fit(samples, ["tokens"]),
         "fit_tokens_positions": fit(samples, ["tokens", "positions"]),
-    }  # fmt: skip
+    }
 
 
 def render(results: dict[str, Any]) -> str:
@@ -134,18 +154,30 @@ def render(results: dict[str, Any]) -> str:
         lines += ["", f"## {run['wiring']} wiring, {cell.upper()}; data: {run['data']}", ""]
         if "other_load" in run:
             load = f"{run['other_load']:.0%}"
-            lines += [f"Other processes' load while timing: {load} of all cores (above a few "
-                      "percent, read the times as upper bounds).", ""]  # fmt: skip
+            lines += [
+                f"Other processes' load while timing: {load} of all cores (above a few "
+                "percent, read the times as upper bounds).",
+                "",
+            ]
         lines += table(
             "batch tokens|target tokens|positions (src + tgt)|step ms (median)|"
             "tokens/s (all timed steps)|"
             "GFLOP/step|products at the ceiling, ms|step / that floor|share of the ceiling",
-            [[r["size"], f"{r['tokens']:.0f}", f"{r['positions']:.0f}", f"{r['step_ms']:.1f}",
-              f"{r['tokens_per_s']:.0f}", f"{r['gflop']:.1f}",
-              f"{r['products_at_ceiling_ms']:.1f}",
-              f"{r['step_ms'] / r['products_at_ceiling_ms']:.2f}x",
-              f"{r['products_at_ceiling_ms'] / r['step_ms']:.1%}"] for r in run["rows"]],
-        )  # fmt: skip
+            [
+                [
+                    r["size"],
+                    f"{r['tokens']:.0f}",
+                    f"{r['positions']:.0f}",
+                    f"{r['step_ms']:.1f}",
+                    f"{r['tokens_per_s']:.0f}",
+                    f"{r['gflop']:.1f}",
+                    f"{r['products_at_ceiling_ms']:.1f}",
+                    f"{r['step_ms'] / r['products_at_ceiling_ms']:.2f}x",
+                    f"{r['products_at_ceiling_ms'] / r['step_ms']:.1%}",
+                ]
+                for r in run["rows"]
+            ],
+        )
         at = {r["size"]: r for r in run["rows"]}
         share = ""
         if 1000 in at:
@@ -169,10 +201,16 @@ def main(argv: list[str] | None = None) -> None:
     prepare_process()  # as a trial does (pipeline.runtime.process)
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--scorer", default="additive")
-    cli.add_argument("--wirings", nargs="+", default=["luong", "bahdanau"],
-                     choices=["luong", "bahdanau"])  # fmt: skip
-    cli.add_argument("--cells", nargs="+", default=["lstm", "gru"], choices=["lstm", "gru"],
-                     help="each wiring with each cell (params.yaml's is lstm)")  # fmt: skip
+    cli.add_argument(
+        "--wirings", nargs="+", default=["luong", "bahdanau"], choices=["luong", "bahdanau"]
+    )
+    cli.add_argument(
+        "--cells",
+        nargs="+",
+        default=["lstm", "gru"],
+        choices=["lstm", "gru"],
+        help="each wiring with each cell (params.yaml's is lstm)",
+    )
     cli.add_argument("--hidden-size", type=int, default=256)
     cli.add_argument("--sizes", nargs="+", type=int, default=[250, 500, 1000, 2000, 3000])
     cli.add_argument("--rounds", type=int, default=12, help="timed steps per size")
@@ -195,14 +233,19 @@ def main(argv: list[str] | None = None) -> None:
     ]
     logger.info("1-thread %s matmul ceiling: %.1f GFLOP/s", args.precision, ceiling / 1e9)
     results = {
-        "date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_model(),
+        "torch": torch.__version__,
         "command": " ".join(["python -m benchmarks.step_overhead", *command]),
-        "scorer": args.scorer, "hidden_size": args.hidden_size, "precision": args.precision,
-        "rounds": args.rounds, "ceiling_gflops": ceiling / 1e9,
+        "scorer": args.scorer,
+        "hidden_size": args.hidden_size,
+        "precision": args.precision,
+        "rounds": args.rounds,
+        "ceiling_gflops": ceiling / 1e9,
         "runs": [
             measure(args, wiring, cell, ceiling) for wiring in args.wirings for cell in args.cells
         ],
-    }  # fmt: skip
+    }
     write_text(args.out / "step_overhead.json", json.dumps(results, indent=1) + "\n")
     write_text(args.out / "step_overhead.md", render(results))
     print(render(results))

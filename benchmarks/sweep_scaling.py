@@ -31,8 +31,12 @@ logger = logging.getLogger("benchmarks.sweep_scaling")
 GRID = {"scorer": ["none", "dot", "additive", "general"], "hidden_size": [128]}
 """Four variants: two rounds of two trials, or four rounds of one."""
 IGNORED_ENVIRONMENT = (  # a local Ray, a scratch store and variant cache
-    "RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "STUDY_INFRA", "DVC_ROOT",
-)  # fmt: skip
+    "RAY_ADDRESS",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "STUDY_INFRA",
+    "DVC_ROOT",
+)
 
 
 def sweep_params(root: Path, concurrent: int, steps: int, quick: bool) -> dict[str, Any]:
@@ -63,8 +67,17 @@ def time_sweep(tok_dir: Path, concurrent: int, steps: int, quick: bool) -> dict[
         params.write_text(yaml.safe_dump(sweep_params(root, concurrent, steps, quick)))
         (root / "infra.yaml").write_text(yaml.safe_dump(sweep_infra(root, concurrent)))
         env = {k: v for k, v in os.environ.items() if k not in IGNORED_ENVIRONMENT}
-        command = [sys.executable, "-m", "stages.train", "--params", str(params),
-                   "--tok", str(tok_dir), "--out", str(root / "models")]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "stages.train",
+            "--params",
+            str(params),
+            "--tok",
+            str(tok_dir),
+            "--out",
+            str(root / "models"),
+        ]
         load = other_load(0.5)
         start = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -92,10 +105,11 @@ def ensure_tokenized(tok_dir: Path, scratch: Path) -> Path:
         return tok_dir
     logger.info("%s has no train.npz: running fetch and tokenize into %s", tok_dir, scratch)
     raw, tok = scratch / "raw", scratch / "tok"
-    for command in (["stages.fetch", "--out", str(raw)],
-                    ["stages.tokenize", "--raw", str(raw), "--out", str(tok)]):  # fmt: skip
-        subprocess.run([sys.executable, "-m", *command], cwd=ROOT, check=True,
-                       capture_output=True)  # fmt: skip
+    for command in (
+        ["stages.fetch", "--out", str(raw)],
+        ["stages.tokenize", "--raw", str(raw), "--out", str(tok)],
+    ):
+        subprocess.run([sys.executable, "-m", *command], cwd=ROOT, check=True, capture_output=True)
     return tok
 
 
@@ -109,8 +123,12 @@ def _measure(tok_dir: Path, steps: int, quick: bool) -> dict[str, Any]:
     runs = {}
     for concurrent in (1, 2):
         runs[concurrent] = time_sweep(tok_dir, concurrent, steps, quick)
-        logger.info("sweep, %d trial(s) at a time: %.0f s for %d variants", concurrent,
-                    runs[concurrent]["seconds"], runs[concurrent]["variants"])  # fmt: skip
+        logger.info(
+            "sweep, %d trial(s) at a time: %.0f s for %d variants",
+            concurrent,
+            runs[concurrent]["seconds"],
+            runs[concurrent]["variants"],
+        )
     return {"one": runs[1], "two": runs[2], "speedup": runs[1]["seconds"] / runs[2]["seconds"]}
 
 

@@ -122,9 +122,15 @@ class Probe(TrainCallback):
         start = time.perf_counter()
         with trainer.off_the_clock():
             bleu = trainer.dev_bleu()
-        row = {"epoch": trainer.progress.epoch, "step": step, "dev_bleu": bleu,
-               "wall_time": trainer.wall_time(), "tokens_per_s": None, "probe": True,
-               "probe_seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+        row = {
+            "epoch": trainer.progress.epoch,
+            "step": step,
+            "dev_bleu": bleu,
+            "wall_time": trainer.wall_time(),
+            "tokens_per_s": None,
+            "probe": True,
+            "probe_seconds": round(time.perf_counter() - start, 2),
+        }
         print(json.dumps({"probe": row}), flush=True)
 
 
@@ -132,15 +138,27 @@ class Probe(TrainCallback):
 def _ours(
     name: str, scorer: str, minutes: float, overrides: dict[str, Any], probes: dict[str, int]
 ) -> dict[str, Any]:
-    spec = {"name": name, "scorer": scorer, "minutes": minutes, "overrides": overrides,
-            "probes": probes}  # fmt: skip
+    spec = {
+        "name": name,
+        "scorer": scorer,
+        "minutes": minutes,
+        "overrides": overrides,
+        "probes": probes,
+    }
     command = [sys.executable, "-m", "benchmarks.time_to_quality", "--worker", json.dumps(spec)]
     return {"name": name, "kind": "ours", "command": command}
 
 
 def _peer(minutes: float, out: Path) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.peer.joeynmt", "--minutes", str(minutes),
-               "--out", str(out)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.peer.joeynmt",
+        "--minutes",
+        str(minutes),
+        "--out",
+        str(out),
+    ]
     return {"name": "joeynmt", "kind": "peer", "command": command, "out": out}
 
 
@@ -150,9 +168,13 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
         cwd = run.pop("cwd", ROOT)
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(cwd))
         run["process"] = subprocess.Popen(
-            run["command"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            run["command"],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
     for run in runs:
         process = run.pop("process")
         stdout, stderr = process.communicate()
@@ -161,11 +183,16 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
             lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
             rows = [x.get("row") or x["probe"] for x in lines if "row" in x or "probe" in x]
             run["curve"] = [
-                {"minutes": r["wall_time"] / 60, "epoch": r["epoch"], "step": r["step"],
-                 "dev_bleu": r["dev_bleu"], "tokens_per_s": r["tokens_per_s"],
-                 **{k: r[k] for k in ("probe", "probe_seconds") if k in r}}
+                {
+                    "minutes": r["wall_time"] / 60,
+                    "epoch": r["epoch"],
+                    "step": r["step"],
+                    "dev_bleu": r["dev_bleu"],
+                    "tokens_per_s": r["tokens_per_s"],
+                    **{k: r[k] for k in ("probe", "probe_seconds") if k in r},
+                }
                 for r in rows
-            ]  # fmt: skip
+            ]
             run.update(next((x for x in lines if "steps" in x), {}))
         else:
             curve_file = run["out"] / "curve.csv"
@@ -293,11 +320,21 @@ def plan_runs(args, sets: dict[str, dict[str, Any]], tree: Path | None, scratch:
         for scorer in args.scorers:
             if only_scorer(name) not in ("", scorer):
                 continue
-            runs.append({**_ours(f"{scorer}-{name}", scorer, args.minutes, overrides, probes),
-                         "overrides": overrides})  # fmt: skip
+            runs.append(
+                {
+                    **_ours(f"{scorer}-{name}", scorer, args.minutes, overrides, probes),
+                    "overrides": overrides,
+                }
+            )
             if tree is not None and name == "defaults":  # the revision's run, beside it
-                runs.append({**_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}, {}),
-                             "overrides": {}, "revision": args.rev, "cwd": tree})  # fmt: skip
+                runs.append(
+                    {
+                        **_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}, {}),
+                        "overrides": {},
+                        "revision": args.rev,
+                        "cwd": tree,
+                    }
+                )
     if not args.no_peer:
         runs.insert(1 if tree is None else len(runs), _peer(args.minutes, scratch / "joeynmt"))
     return runs
@@ -315,14 +352,22 @@ def main(argv: list[str] | None = None) -> None:
         "(e.g. the issue day's trainer), each paired with today's defaults",
     )
     cli.add_argument(
-        "--probe-every", type=int, default=25, metavar="STEPS",
+        "--probe-every",
+        type=int,
+        default=25,
+        metavar="STEPS",
         help="our runs (not --rev's) also score dev BLEU every STEPS steps, off the clock, "
         "for a finer early curve (0: only the trainer's evaluations)",
-    )  # fmt: skip
-    cli.add_argument("--probe-until", type=int, default=750, metavar="STEP",
-                     help="the last step probed")  # fmt: skip
-    cli.add_argument("--render", type=Path, metavar="JSON",
-                     help="only recompute the summary of an earlier results .json")  # fmt: skip
+    )
+    cli.add_argument(
+        "--probe-until", type=int, default=750, metavar="STEP", help="the last step probed"
+    )
+    cli.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only recompute the summary of an earlier results .json",
+    )
     cli.add_argument("--worker", help=argparse.SUPPRESS)
     cli.add_argument("--out", type=Path, default=RESULTS / "time_to_quality" / "time_to_quality")
     args = cli.parse_args(argv)
@@ -338,8 +383,10 @@ def main(argv: list[str] | None = None) -> None:
     raw = [ROOT / "data" / "raw" / f"{name}.tsv" for name in ("train", "dev")]
     missing = [str(path.relative_to(ROOT)) for path in raw if not path.is_file()]
     if missing and not args.no_peer:  # found now, not after the first pairs' minutes
-        sys.exit(f"error: {missing[0]}: missing; the JoeyNMT peer trains on the raw split "
-                 "(run `dvc repro fetch`, or pass --no-peer)")  # fmt: skip
+        sys.exit(
+            f"error: {missing[0]}: missing; the JoeyNMT peer trains on the raw split "
+            "(run `dvc repro fetch`, or pass --no-peer)"
+        )
     sets = parse_sets(args.set)
     scratch = Path(tempfile.mkdtemp(prefix="ttq-peer-"))
     with contextlib.ExitStack() as stack:
@@ -435,14 +482,19 @@ def render(results: dict[str, Any]) -> str:
             f"{_fmt(run.get('minutes_to_target_trend'))} | {_fmt(run['minutes_to_bleu8'])} | "
             f"{_fmt(tokens, 0)} | {best:.2f} |"
         )
-    ratios = [(r["name"], r["peer_speedup_bleu8"]) for r in results["runs"]
-              if r.get("peer_speedup_bleu8")]  # fmt: skip
+    ratios = [
+        (r["name"], r["peer_speedup_bleu8"]) for r in results["runs"] if r.get("peer_speedup_bleu8")
+    ]
     if ratios:
-        lines += ["", f"Times sooner than JoeyNMT to dev BLEU {PEER_BLEU:g}: its first point "
-                  "reaching it over ours; the range takes each curve's crossing anywhere "
-                  "between that point and the one before it (a curve that crossed earlier "
-                  "and fell back would lie outside it); and by the two curves' monotone "
-                  "trends:", ""]  # fmt: skip
+        lines += [
+            "",
+            f"Times sooner than JoeyNMT to dev BLEU {PEER_BLEU:g}: its first point "
+            "reaching it over ours; the range takes each curve's crossing anywhere "
+            "between that point and the one before it (a curve that crossed earlier "
+            "and fell back would lie outside it); and by the two curves' monotone "
+            "trends:",
+            "",
+        ]
         for name, ratio in ratios:
             (peer_low, peer_high), (ours_low, ours_high) = ratio["peer"], ratio["ours"]
             lines.append(
@@ -454,10 +506,13 @@ def render(results: dict[str, Any]) -> str:
     lines += ["", "Curves (minutes: dev BLEU; probes, off the trainer's clock, in italics):", ""]
     for run in results["runs"]:
         points = ", ".join(
-            (f"*{p['minutes']:.2f}: {p['dev_bleu']:.1f}*" if p.get("probe")
-             else f"{p['minutes']:.1f}: {p['dev_bleu']:.1f}")
+            (
+                f"*{p['minutes']:.2f}: {p['dev_bleu']:.1f}*"
+                if p.get("probe")
+                else f"{p['minutes']:.1f}: {p['dev_bleu']:.1f}"
+            )
             for p in run["curve"]
-        )  # fmt: skip
+        )
         lines.append(f"- **{run['name']}**: {points}")
     return "\n".join(lines) + "\n"
 

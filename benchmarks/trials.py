@@ -87,8 +87,12 @@ def cpu_model() -> str:
 
 def _start(spec: dict[str, Any], wait: bool) -> subprocess.Popen:
     threads = str(spec.get("threads", 1))
-    env = {**os.environ, **spec.get("env", {}),  # a trial's own variables (e.g. oneDNN's)
-           "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}  # fmt: skip
+    env = {
+        **os.environ,
+        **spec.get("env", {}),  # a trial's own variables (e.g. oneDNN's)
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+    }
     command = [sys.executable, "-m", "benchmarks.worker", json.dumps({**spec, "wait": wait})]
     return subprocess.Popen(
         command, cwd=ROOT, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -171,8 +175,11 @@ class TrialRunner:
             if best[0]["other_load"] <= self.max_other_load:
                 break
             if attempt == self.attempts or self.spent_seconds >= self.budget_seconds:
-                logger.warning("trial ran beside other work (other load %.0f%%): %s",
-                               100 * best[0]["other_load"], specs[0].get("kind"))  # fmt: skip
+                logger.warning(
+                    "trial ran beside other work (other load %.0f%%): %s",
+                    100 * best[0]["other_load"],
+                    specs[0].get("kind"),
+                )
                 break
             self.spent_seconds += time.perf_counter() - start
         for result in best:

@@ -151,8 +151,13 @@ def run_train_order(spec: dict[str, Any]) -> dict[str, Any]:
     order: list = []
     epoch = 1
     while len(order) < spec["steps"]:
-        order += epoch_batches(split, train.batch_tokens, seed=train.seed, epoch=epoch,
-                               curriculum_steps=train.curriculum_steps)  # fmt: skip
+        order += epoch_batches(
+            split,
+            train.batch_tokens,
+            seed=train.seed,
+            epoch=epoch,
+            curriculum_steps=train.curriculum_steps,
+        )
         epoch += 1
     model = workloads.build_model("pipeline", model_config(spec), workloads.VOCAB_SIZE)
     optimizer = workloads.make_optimizer("pipeline", model)
@@ -168,8 +173,12 @@ def run_train_order(spec: dict[str, Any]) -> dict[str, Any]:
             now = time.perf_counter()
             windows.append({"steps": step + 1, "seconds": now - start, "tokens": tokens})
             start, tokens = now, 0
-    return {"seconds": time.perf_counter() - first, "windows": windows,
-            "window_start": window_start, "window_end": time.time()}  # fmt: skip
+    return {
+        "seconds": time.perf_counter() - first,
+        "windows": windows,
+        "window_start": window_start,
+        "window_end": time.time(),
+    }
 
 
 KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -193,8 +202,12 @@ def main() -> None:
     size_primitive_cache()  # as training and decoding do (pipeline.runtime.onednn)
     result = KINDS[spec["kind"]](spec)
     system_seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime
-    result.update(threads=threads, peak_rss_mib=peak_rss_mib(), allocator_tuned=tuned,
-                  system_seconds=system_seconds)  # fmt: skip
+    result.update(
+        threads=threads,
+        peak_rss_mib=peak_rss_mib(),
+        allocator_tuned=tuned,
+        system_seconds=system_seconds,
+    )
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -120,8 +120,11 @@ class VariantFiles:
 
     def digests(self) -> dict[str, str]:
         """sha256 of each kept file present in the folder."""
-        return {name: sha256_file(self.folder / name) for name in self.KEPT
-                if (self.folder / name).is_file()}  # fmt: skip
+        return {
+            name: sha256_file(self.folder / name)
+            for name in self.KEPT
+            if (self.folder / name).is_file()
+        }
 
     def damaged(self) -> str | None:
         """Why the folder's files do not match its manifest (a file changed, truncated or

@@ -26,8 +26,10 @@ def main(args, config) -> int:
         return 1
     logger.info(
         "sweep done: %s; summary in %s, run log in %s",
-        counts, paths.models_dir / SWEEP_FILE, paths.cache.last_sweep,
-    )  # fmt: skip
+        counts,
+        paths.models_dir / SWEEP_FILE,
+        paths.cache.last_sweep,
+    )
     return 0
 
 

@@ -114,8 +114,15 @@ def make_variant(tiny_model_config) -> Callable[..., Variant]:
 
     def make(scorer: str = "additive", **train) -> Variant:
         model = tiny_model_config(scorer=scorer, dropout=0.1, reverse_source=True)
-        values = {"batch_tokens": 60, "learning_rate": 0.01, "max_epochs": 3, "patience": 5,
-                  "early_stopping_metric": "loss", "dev_bleu_sentences": 8, **train}  # fmt: skip
+        values = {
+            "batch_tokens": 60,
+            "learning_rate": 0.01,
+            "max_epochs": 3,
+            "patience": 5,
+            "early_stopping_metric": "loss",
+            "dev_bleu_sentences": 8,
+            **train,
+        }
         config = TrainConfig(**values)
         return Variant(f"{scorer}-rev-h32-s{config.seed}", model, config, {"scorer": scorer})
 

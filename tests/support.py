@@ -82,9 +82,14 @@ def serve_directory(directory: Path) -> Iterator[str]:
 
 # ---------------------------------------------------------------- a tiny study project
 CLEARED_ENV = (
-    "RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "STUDY_INFRA", "DVC_ROOT",
-    "DVC_EXP_NAME", "DVC_EXP_BASELINE_REV",
-)  # fmt: skip
+    "RAY_ADDRESS",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "STUDY_INFRA",
+    "DVC_ROOT",
+    "DVC_EXP_NAME",
+    "DVC_EXP_BASELINE_REV",
+)
 """Settings of the environment a test project must not inherit."""
 
 

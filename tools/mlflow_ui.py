@@ -46,9 +46,19 @@ def mlflow_server(backend_uri: str, timeout: float = 120) -> Iterator[str]:
     URL and stops the server (its own process group) on exit."""
     port = free_port()
     command = [
-        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        backend_uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     process = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
@@ -114,10 +124,11 @@ def newest_evaluation(
     evaluations = search_runs(url, experiment_id, "tags.kind = 'evaluation'")
     if eval_key is not None:
         evaluations = [
-            r for r in evaluations
+            r
+            for r in evaluations
             if {t["key"]: t["value"] for t in r["data"].get("tags", [])}.get("eval_key") == eval_key
             and not any(t["key"] == "dvc.exp_name" for t in r["data"].get("tags", []))
-        ]  # fmt: skip
+        ]
     if not evaluations:
         raise LookupError(f"experiment {experiment!r} has no evaluation run yet")
     parent = max(evaluations, key=lambda r: int(r["info"]["start_time"]))
@@ -237,8 +248,11 @@ def main() -> None:
         text = compare_screenshot(compare_url(url, experiment_id, ids), args.out)
     logger.info(
         "%s: compare view of %d test runs of %s (%d characters of text)",
-        args.out, len(ids), parent["info"]["run_name"], len(text),
-    )  # fmt: skip
+        args.out,
+        len(ids),
+        parent["info"]["run_name"],
+        len(text),
+    )
 
 
 if __name__ == "__main__":

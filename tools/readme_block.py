@@ -36,8 +36,10 @@ def render(root: Path) -> str:
         "|---|---|---|---|",
     ]
     for r in ranking.itertuples():
-        lines.append(f"| {r.rank} | {r.scorer} | {r.seeds} | "
-                     f"{bleu_ci(r.bleu_inside, r.low_inside, r.high_inside)} |")  # fmt: skip
+        lines.append(
+            f"| {r.rank} | {r.scorer} | {r.seeds} | "
+            f"{bleu_ci(r.bleu_inside, r.low_inside, r.high_inside)} |"
+        )
     lines += [
         "",
         f"| finding | verdict ({main}) | greedy | effect, BLEU [95% CI] | MDE (Holm level) |",
@@ -48,8 +50,9 @@ def render(root: Path) -> str:
         part = f["parts"][0] if f["parts"] and f["parts"][0].get("estimate") is not None else None
         effect = ci(part["estimate"], part["low"], part["high"]) if part else "-"
         mde = f"{part['mde']:.2f}" if part else "-"
-        lines.append(f"| {f['title']} | {f['verdict']} | {greedy.get(f['title'], '-')} | "
-                     f"{effect} | {mde} |")  # fmt: skip
+        lines.append(
+            f"| {f['title']} | {f['verdict']} | {greedy.get(f['title'], '-')} | {effect} | {mde} |"
+        )
     return "\n".join(lines)
 
 
@@ -71,8 +74,7 @@ def sync_block(readme: Path, block: str, start: str, end: str, check: bool, how:
         write_text(readme, updated)
         return 0
     if updated != text:
-        print(f"{readme}: the block between {start} and {end} is stale; run {how}",
-              file=sys.stderr)  # fmt: skip
+        print(f"{readme}: the block between {start} and {end} is stale; run {how}", file=sys.stderr)
         return 1
     return 0
 
@@ -82,8 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path("."))
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    return sync_block(args.root / "README.md", render(args.root), START, END, args.check,
-                      "python -m tools.readme_block")  # fmt: skip
+    return sync_block(
+        args.root / "README.md",
+        render(args.root),
+        START,
+        END,
+        args.check,
+        "python -m tools.readme_block",
+    )
 
 
 if __name__ == "__main__":

@@ -130,8 +130,11 @@ def _warn_if_capped(requested: int, source: int, target: int) -> None:
         logger.warning(
             "tokenize.vocab_size: %d requested, but the training text supports only %d "
             "source / %d target pieces; using those (set vocab_size at most %d to silence this)",
-            requested, source, target, min(source, target),
-        )  # fmt: skip
+            requested,
+            source,
+            target,
+            min(source, target),
+        )
 
 
 def tokenize(config: TokenizeConfig, raw_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:

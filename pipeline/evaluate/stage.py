@@ -144,14 +144,26 @@ def load_test_set(config: Config, raw_dir: Path) -> TestSet:
     source_words = np.array([len(s.split()) for s, _ in pairs])
     split_cfg = config.fetch.split
     buckets = Buckets(split_cfg.bucket_width, split_cfg.num_buckets)
-    examples = attention_example_indices(source_words, config.evaluate.attention_examples,
-                                         buckets.width, buckets.count,
-                                         config.evaluate.bootstrap_seed)  # fmt: skip
+    examples = attention_example_indices(
+        source_words,
+        config.evaluate.attention_examples,
+        buckets.width,
+        buckets.count,
+        config.evaluate.bootstrap_seed,
+    )
     sha = hashlib.sha256(raw).hexdigest()
     references = [t for _, t in pairs]
     clusters = _clusters(raw_dir / "test.groups", len(pairs))
-    return TestSet(test_file, sha, references, source_words, buckets, examples,
-                   _target_language(raw_dir), clusters)  # fmt: skip
+    return TestSet(
+        test_file,
+        sha,
+        references,
+        source_words,
+        buckets,
+        examples,
+        _target_language(raw_dir),
+        clusters,
+    )
 
 
 def _clusters(path: Path, sentences: int) -> list[str] | None:
@@ -188,8 +200,16 @@ def evaluate(
     scores = score(config, test, decoded)
     with atomic_dir(out_dir) as tmp:
         write_variants(tmp, decoded, scores)
-        study = study_findings(config, sweep, trained, scores.stats, test.source_words,
-                               test.buckets, scores.main, test.clusters)  # fmt: skip
+        study = study_findings(
+            config,
+            sweep,
+            trained,
+            scores.stats,
+            test.source_words,
+            test.buckets,
+            scores.main,
+            test.clusters,
+        )
         study.write(tmp)
         curves = learning_curves(models_dir, trained)
         curves.to_csv(tmp / LEARNING_CURVES, index=False)
@@ -210,8 +230,9 @@ def evaluate(
             tracker, config, sweep, scores.metrics, out_dir, models_dir, test, key, best, started
         )
     except Exception as err:
-        logger.warning("MLflow logging of the evaluation incomplete: %s: %s",
-                       type(err).__name__, err)  # fmt: skip
+        logger.warning(
+            "MLflow logging of the evaluation incomplete: %s: %s", type(err).__name__, err
+        )
     return {**summary, "numbers": numbers}
 
 
@@ -234,43 +255,80 @@ class Decoded:
         return {self.main: main} if self.greedy is None else {"beam": main, "greedy": self.greedy}
 
 
-def decode(config: Config, infra: Infra, data: TokenizedData, models_dir: Path,
-           trained: dict[str, dict], test: TestSet) -> Decoded:  # fmt: skip
+def decode(
+    config: Config,
+    infra: Infra,
+    data: TokenizedData,
+    models_dir: Path,
+    trained: dict[str, dict],
+    test: TestSet,
+) -> Decoded:
     """Decode the test set with every trained variant, one Ray task per variant and
     decoding; the checkpoints and plugin sources travel with the tasks."""
     resources = TaskResources.from_config(infra.ray)
     plugins = tuple(loaded_plugins())
     specs = {
-        variant_id: DecodeSpec(variant_id, _checkpoint_bytes(models_dir / variant_id), "test",
-                               config.evaluate, config.train.max_decode_ratio,
-                               tuple(int(i) for i in test.examples), resources, plugins)
+        variant_id: DecodeSpec(
+            variant_id,
+            _checkpoint_bytes(models_dir / variant_id),
+            "test",
+            config.evaluate,
+            config.train.max_decode_ratio,
+            tuple(int(i) for i in test.examples),
+            resources,
+            plugins,
+        )
         for variant_id in trained
-    }  # fmt: skip
+    }
     decodings = _decodings(config)
-    greedy_specs = {
-        f"{i}@greedy": replace(spec, evaluate=decodings["greedy"], examples=())
-        for i, spec in specs.items()
-    } if "beam" in decodings else {}  # fmt: skip
+    greedy_specs = (
+        {
+            f"{i}@greedy": replace(spec, evaluate=decodings["greedy"], examples=())
+            for i, spec in specs.items()
+        }
+        if "beam" in decodings
+        else {}
+    )
     _preflight(config, infra, data, trained, resources)
     init_ray(infra.ray)
-    done = run_tasks(decode_variant, {**specs, **greedy_specs}, resources, "decode test",
-                     (data,), infra.ray.pending_timeout_minutes)  # fmt: skip
+    done = run_tasks(
+        decode_variant,
+        {**specs, **greedy_specs},
+        resources,
+        "decode test",
+        (data,),
+        infra.ray.pending_timeout_minutes,
+    )
     greedy = {i: done[f"{i}@greedy"].hypotheses for i in trained} if greedy_specs else None
     return Decoded({i: done[i] for i in trained}, greedy)
 
 
-def _preflight(config: Config, infra: Infra, data: TokenizedData, trained: dict[str, dict],
-               resources: TaskResources) -> None:  # fmt: skip
+def _preflight(
+    config: Config,
+    infra: Infra,
+    data: TokenizedData,
+    trained: dict[str, dict],
+    resources: TaskResources,
+) -> None:
     """Before Ray starts: every model family decodes a few sentences in
     ``evaluate.precision`` on this machine (a local Ray's trials run here)."""
     if ray_address(infra.ray) is not None:
         return  # the workers' hardware is not this machine's: decode tasks report errors
     start = time.perf_counter()
     models = {i: ModelConfig(**info["model"]) for i, info in trained.items()}
-    checks = check_decoding(models, data, config.evaluate.beam_size, config.evaluate.precision,
-                            device_for(resources.gpus))  # fmt: skip
-    logger.info("preflight: %d model families decode in %s here (%.1f s)", len(checks),
-                checks[0].precision, time.perf_counter() - start)  # fmt: skip
+    checks = check_decoding(
+        models,
+        data,
+        config.evaluate.beam_size,
+        config.evaluate.precision,
+        device_for(resources.gpus),
+    )
+    logger.info(
+        "preflight: %d model families decode in %s here (%.1f s)",
+        len(checks),
+        checks[0].precision,
+        time.perf_counter() - start,
+    )
 
 
 @dataclass
@@ -291,10 +349,15 @@ def score(config: Config, test: TestSet, decoded: Decoded) -> Scores:
             stats[name][variant_id] = sentence_stats(
                 hypotheses[variant_id], test.references, scorer.target_language
             )
-        result = score_system(scorer, decoded.results[variant_id].hypotheses,
-                              test.references, test.source_words, test.buckets,
-                              config.evaluate.bootstrap_samples,
-                              config.fetch.split.max_train_words)  # fmt: skip
+        result = score_system(
+            scorer,
+            decoded.results[variant_id].hypotheses,
+            test.references,
+            test.source_words,
+            test.buckets,
+            config.evaluate.bootstrap_samples,
+            config.fetch.split.max_train_words,
+        )
         result.update(decoded.results[variant_id].stats)
         result["beam_size"] = config.evaluate.beam_size
         metrics[variant_id] = result

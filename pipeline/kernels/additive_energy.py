@@ -228,8 +228,9 @@ class _AdditiveEnergy(torch.autograd.Function):
             grad_energy = torch.zeros_like(energy)
             b_size, t_size = _block_shape(B, T, S, A, query2.device)
             buffer = query2.new_empty(b_size * t_size * S * A)
-            _backward_blocks(grad_scores, query2, keys, energy, buffer, grad_query, grad_keys,
-                             grad_energy)  # fmt: skip
+            _backward_blocks(
+                grad_scores, query2, keys, energy, buffer, grad_query, grad_keys, grad_energy
+            )
         dtypes = ctx.dtypes
         return grad_query.to(dtypes[0]), grad_keys.to(dtypes[1]), grad_energy.to(dtypes[2])
 

@@ -139,9 +139,16 @@ def _additive_gru_loop(
     values = memory.values.to(weight.dtype, memory_format=torch.contiguous_format)
     with torch.autocast(device, enabled=False):
         return _AdditiveGRULoop.apply(
-            input_part, hidden.to(state), weight, bias, context_weight, values, memory.keys,
-            scorer.energy.weight.squeeze(0), memory.src_mask,
-        )  # fmt: skip
+            input_part,
+            hidden.to(state),
+            weight,
+            bias,
+            context_weight,
+            values,
+            memory.keys,
+            scorer.energy.weight.squeeze(0),
+            memory.src_mask,
+        )
 
 
 class _AdditiveGRULoop(torch.autograd.Function):
@@ -186,16 +193,34 @@ class _AdditiveGRULoop(torch.autograd.Function):
         bias_dtype, bias = bias.dtype, bias.to(weight.dtype)
         weight_t, context_t = weight.t(), context_weight.t()
         per_step = zip(
-            inputs, previous.unbind(0), recurrents.unbind(0),
+            inputs,
+            previous.unbind(0),
+            recurrents.unbind(0),
             *(t.unbind(0) for t in recurrents.split([2 * size, size, width - 3 * size], 2)),
-            weights.unbind(0), contexts.unbind(0),
-            gates[..., : 2 * size].unbind(0), *(t.unbind(0) for t in gates.split(size, 2)),
-            differences.unbind(0), tops.unbind(0),
-        )  # fmt: skip
+            weights.unbind(0),
+            contexts.unbind(0),
+            gates[..., : 2 * size].unbind(0),
+            *(t.unbind(0) for t in gates.split(size, 2)),
+            differences.unbind(0),
+            tops.unbind(0),
+        )
         previous[0] = hidden
-        for i, (inputs_i, previous_i, recurrent, recurrent_rz, recurrent_n, query, weight_i,
-                context, reset_update, reset, update, candidate, difference,
-                top) in enumerate(per_step):  # fmt: skip
+        for i, (
+            inputs_i,
+            previous_i,
+            recurrent,
+            recurrent_rz,
+            recurrent_n,
+            query,
+            weight_i,
+            context,
+            reset_update,
+            reset,
+            update,
+            candidate,
+            difference,
+            top,
+        ) in enumerate(per_step):
             recurrent.copy_(torch.addmm(bias, previous_i, weight_t))  # R, in the state's dtype
             step_energy.scores(query, scores).add_(offset)
             torch.softmax(scores, -1, out=weight_i.squeeze(1))
@@ -210,8 +235,20 @@ class _AdditiveGRULoop(torch.autograd.Function):
             hidden = torch.addcmul(candidate, update, difference, out=top)
             if i + 1 < steps:
                 previous[i + 1] = hidden
-        ctx.save_for_backward(tops, previous, recurrents, gates, differences, weights, contexts,
-                              weight, context_weight, values, keys2, energy_f)  # fmt: skip
+        ctx.save_for_backward(
+            tops,
+            previous,
+            recurrents,
+            gates,
+            differences,
+            weights,
+            contexts,
+            weight,
+            context_weight,
+            values,
+            keys2,
+            energy_f,
+        )
         ctx.dtypes, ctx.device_type = (bias_dtype, keys_dtype, energy.dtype), keys.device.type
         outputs = tops, contexts.squeeze(2), weights.squeeze(2)
         return tuple(t.transpose(0, 1) for t in outputs)
@@ -225,8 +262,20 @@ class _AdditiveGRULoop(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, grad_tops, grad_contexts, grad_weights):
-        (tops, previous, recurrents, gates, differences, weights, contexts,
-         weight, context_weight, values, keys2, energy) = ctx.saved_tensors  # fmt: skip
+        (
+            tops,
+            previous,
+            recurrents,
+            gates,
+            differences,
+            weights,
+            contexts,
+            weight,
+            context_weight,
+            values,
+            keys2,
+            energy,
+        ) = ctx.saved_tensors
         steps, batch, size = previous.shape
         state, width = gates.dtype, weight.size(0)
         step_energy = energy_blocks.StepEnergy(keys2, energy)
@@ -246,16 +295,30 @@ class _AdditiveGRULoop(torch.autograd.Function):
             *(t.unbind(0) for t in gates.split(size, 2)),
             recurrents[..., 2 * size : 3 * size].unbind(0),
             recurrents[..., 3 * size :].unbind(0),
-            differences.unbind(0), weights.squeeze(2).unbind(0), grad_inputs.unbind(0),
-            grad_context.unbind(0), grad_recurrent.unbind(0),
+            differences.unbind(0),
+            weights.squeeze(2).unbind(0),
+            grad_inputs.unbind(0),
+            grad_context.unbind(0),
+            grad_recurrent.unbind(0),
             (grad_tops.transpose(0, 1) if grad_tops is not None else [None] * steps),
             (grad_contexts.transpose(0, 1) if grad_contexts is not None else [None] * steps),
             (grad_weights.transpose(0, 1) if grad_weights is not None else [None] * steps),
-        )  # fmt: skip
-        for i, (reset, update, candidate, recurrent_n, query, difference, a, grad_inputs_i,
-                grad_c, grad_recurrent_i, grad_top, grad_c_out, grad_w_out) in reversed(
-            list(enumerate(per_step))
-        ):  # fmt: skip
+        )
+        for i, (
+            reset,
+            update,
+            candidate,
+            recurrent_n,
+            query,
+            difference,
+            a,
+            grad_inputs_i,
+            grad_c,
+            grad_recurrent_i,
+            grad_top,
+            grad_c_out,
+            grad_w_out,
+        ) in reversed(list(enumerate(per_step))):
             if grad_top is not None:
                 grad_hidden += grad_top
             # d n_pre = ds (1 - z) (1 - n^2); d z_pre = ds (s - n) z (1 - z)
@@ -276,8 +339,9 @@ class _AdditiveGRULoop(torch.autograd.Function):
             if grad_w_out is not None:
                 grad_a_state += grad_w_out
             grad_scores = torch.ops.aten._softmax_backward_data(grad_a_state, a, -1, state)
-            step_energy.backward(grad_scores, query, grad_query, grad_keys, grad_energy,
-                                 first=i == steps - 1)  # fmt: skip
+            step_energy.backward(
+                grad_scores, query, grad_query, grad_keys, grad_energy, first=i == steps - 1
+            )
             grad_n.mul_(reset)  # d(r R_n) -> dR_n; done with d n_pre (in dX_i above)
             grad_recurrent_i.copy_(grad_row)  # dR = [d r | d z | d n * r | dq]
             bias_sum += grad_row
@@ -289,7 +353,14 @@ class _AdditiveGRULoop(torch.autograd.Function):
         read = weights.squeeze(2).to(values.dtype).permute(1, 2, 0)  # (B, S, T)
         grad_values = read @ grad_context.squeeze(2).transpose(0, 1)  # (B, S, H)
         bias_dtype, keys_dtype, energy_dtype = ctx.dtypes
-        return (grad_inputs.transpose(0, 1), grad_hidden, grad_weight,
-                bias_sum.sum(0).to(bias_dtype), grad_context_weight, grad_values,
-                step_energy.finish_keys(grad_keys).to(keys_dtype),
-                grad_energy.to(energy_dtype), None)  # fmt: skip
+        return (
+            grad_inputs.transpose(0, 1),
+            grad_hidden,
+            grad_weight,
+            bias_sum.sum(0).to(bias_dtype),
+            grad_context_weight,
+            grad_values,
+            step_energy.finish_keys(grad_keys).to(keys_dtype),
+            grad_energy.to(energy_dtype),
+            None,
+        )

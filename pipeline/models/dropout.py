@@ -20,8 +20,9 @@ LEVELS = 2**16  # 16-bit uniforms
 def keep_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
     """A bool mask of ``shape``: True with probability ``1 - round(p * 65536) / 65536``."""
     count = shape.numel()
-    draws = torch.randint(-(2**63), 2**63 - 1, ((count + 3) // 4,), dtype=torch.int64,
-                          device=device)  # fmt: skip
+    draws = torch.randint(
+        -(2**63), 2**63 - 1, ((count + 3) // 4,), dtype=torch.int64, device=device
+    )
     uniform = draws.view(torch.int16)[:count].view(shape)  # uniform on [-32768, 32767]
     return uniform >= _threshold(p) - LEVELS // 2
 

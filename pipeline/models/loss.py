@@ -85,8 +85,15 @@ def _fused_pass(
     logits_buf = torch.empty(chunk, vocab, dtype=compute_dtype, device=device)
     z_buf = None if compute_dtype == acc_dtype else torch.empty(min(block, chunk), vocab, **acc)
     narrow_w = torch.empty_like(w) if needs[1] and z_buf is not None else None
-    logger.debug("fused CE: N=%d V=%d %s chunk=%d block=%d grads=%s",
-                 rows_total, vocab, compute_dtype, chunk, block, needs)  # fmt: skip
+    logger.debug(
+        "fused CE: N=%d V=%d %s chunk=%d block=%d grads=%s",
+        rows_total,
+        vocab,
+        compute_dtype,
+        chunk,
+        block,
+        needs,
+    )
     for start in range(0, rows_total, chunk):
         rows = slice(start, min(start + chunk, rows_total))
         logits = logits_buf[: rows.stop - start]

@@ -80,9 +80,11 @@ def check_scorer_shapes(names: Iterable[str], hidden_size: int) -> None:
         try:
             scores = scorer.score(query, scorer.precompute(keys))
         except Exception as err:  # the user's code: any failure is theirs to fix
-            raise PreflightError(f"{where} failed on query (B, T, H) = {tuple(query.shape)}, "
-                                 f"keys (B, S, H) = {tuple(keys.shape)}: "
-                                 f"{type(err).__name__}: {err}") from None  # fmt: skip
+            raise PreflightError(
+                f"{where} failed on query (B, T, H) = {tuple(query.shape)}, "
+                f"keys (B, S, H) = {tuple(keys.shape)}: "
+                f"{type(err).__name__}: {err}"
+            ) from None
         expected = (batch, steps, source)
         if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != expected:
             got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores)
@@ -93,32 +95,41 @@ def check_scorer_shapes(names: Iterable[str], hidden_size: int) -> None:
             )
 
 
-def fail(key: str, precision: str, scorer: str, variant_ids: Sequence[str], device: str,
-          err: Exception) -> None:  # fmt: skip
+def fail(
+    key: str, precision: str, scorer: str, variant_ids: Sequence[str], device: str, err: Exception
+) -> None:
     """The one-line error for a family that cannot run: which key to change, and why."""
     lines = str(err).strip().splitlines() or [type(err).__name__]
     first = lines[0].split(". ")[0].rstrip(". ")  # oneDNN adds "Run workload with ..."
     ids = ", ".join(variant_ids[:3]) + (", ..." if len(variant_ids) > 3 else "")
     if precision == "bf16":
-        hint = (f"{key}: bf16 cannot run the {scorer} model ({ids}) on "
-                f"this {device}: {first}. bf16 needs native instructions (a CPU with "
-                f"AVX512-BF16 or AMX, a GPU from Ampere on); set {key}: fp32, the study's "
-                "default, which runs everywhere")  # fmt: skip
+        hint = (
+            f"{key}: bf16 cannot run the {scorer} model ({ids}) on "
+            f"this {device}: {first}. bf16 needs native instructions (a CPU with "
+            f"AVX512-BF16 or AMX, a GPU from Ampere on); set {key}: fp32, the study's "
+            "default, which runs everywhere"
+        )
     else:
-        hint = (f"{key}: the {scorer} model ({ids}) cannot run a step in "
-                f"{precision} on this {device}: {type(err).__name__}: {first}")  # fmt: skip
+        hint = (
+            f"{key}: the {scorer} model ({ids}) cannot run a step in "
+            f"{precision} on this {device}: {type(err).__name__}: {first}"
+        )
     raise PreflightError(hint) from None
 
 
 def check_decoding(
-    models: Mapping[str, ModelConfig], data: TokenizedData, beam_size: int, precision: str,
+    models: Mapping[str, ModelConfig],
+    data: TokenizedData,
+    beam_size: int,
+    precision: str,
     device: str = "cpu",
-) -> list[FamilyCheck]:  # fmt: skip
+) -> list[FamilyCheck]:
     """Greedy and beam decoding of a few dev sentences per model family of ``models``
     (variant id -> its model config) in ``precision`` (``evaluate.precision``), with
     untrained weights; raises :class:`PreflightError`."""
-    check_scorer_shapes([m.scorer for m in models.values()],
-                        next(iter(models.values())).hidden_size)  # fmt: skip
+    check_scorer_shapes(
+        [m.scorer for m in models.values()], next(iter(models.values())).hidden_size
+    )
     dev = data.split("dev")
     split = dev.subset(np.arange(min(4, len(dev))))
     resolved = resolve(precision, device)
@@ -131,8 +142,14 @@ def check_decoding(
         try:
             model = build_model(config, data, device)
             for beam in sorted({1, beam_size}):
-                translate(model.eval(), split, beam_size=beam, max_ratio=0.5, device=device,
-                          precision=resolved)  # fmt: skip
+                translate(
+                    model.eval(),
+                    split,
+                    beam_size=beam,
+                    max_ratio=0.5,
+                    device=device,
+                    precision=resolved,
+                )
         except RUN_ERRORS as err:
             fail("evaluate.precision", resolved, config.scorer, ids, device, err)
         checks.append(FamilyCheck(ids[0], tuple(ids), resolved, 0.0))

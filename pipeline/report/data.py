@@ -100,8 +100,19 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
         by_length = by_length.merge(table[columns], on="variant")
     path = eval_dir / LEARNING_CURVES
     history = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["variant"])
-    return StudyData(table, by_length, comparisons, sweep, evaluation, corpus, eval_dir,
-                     history, raw_dir, findings, ranking)  # fmt: skip
+    return StudyData(
+        table,
+        by_length,
+        comparisons,
+        sweep,
+        evaluation,
+        corpus,
+        eval_dir,
+        history,
+        raw_dir,
+        findings,
+        ranking,
+    )
 
 
 def _read_csv(path: Path) -> pd.DataFrame:

@@ -161,13 +161,18 @@ _EXPLORE_NOTE = (
     "configurations with more: its own seed's luck is not measured."
 )
 _SECTIONS = [
-    ("verdicts", "Verdicts"), ("ranking", "Scorers ranked"),
+    ("verdicts", "Verdicts"),
+    ("ranking", "Scorers ranked"),
     ("differences", "Differences"),
-    ("findings", "Findings in detail"), ("length", "BLEU by source length"),
-    ("exploratory", "Exploratory comparisons"), ("curves", "Learning curves"),
-    ("samples", "Sample translations"), ("heatmaps", "Attention heatmaps"),
-    ("variants", "All variants"), ("provenance", "Provenance"),
-]  # fmt: skip
+    ("findings", "Findings in detail"),
+    ("length", "BLEU by source length"),
+    ("exploratory", "Exploratory comparisons"),
+    ("curves", "Learning curves"),
+    ("samples", "Sample translations"),
+    ("heatmaps", "Attention heatmaps"),
+    ("variants", "All variants"),
+    ("provenance", "Provenance"),
+]
 
 
 def _sections(c: dict[str, Any]) -> list[tuple[str, str]]:
@@ -175,9 +180,16 @@ def _sections(c: dict[str, Any]) -> list[tuple[str, str]]:
     if len(c["ranking"]):
         present.add("ranking")
     figures = c["figures"]
-    present |= {k for k, f in (("differences", "differences"), ("length", "bleu_by_length"),
-                               ("curves", "learning_curves"), ("heatmaps", "heatmaps"))
-                if f in figures}  # fmt: skip
+    present |= {
+        k
+        for k, f in (
+            ("differences", "differences"),
+            ("length", "bleu_by_length"),
+            ("curves", "learning_curves"),
+            ("heatmaps", "heatmaps"),
+        )
+        if f in figures
+    }
     if len(c["comparisons"]) and (c["comparisons"].family == "exploratory").any():
         present.add("exploratory")
     if c["samples"]:
@@ -188,12 +200,16 @@ def _sections(c: dict[str, Any]) -> list[tuple[str, str]]:
 def _verdict_html(rows: list[list[str]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in VERDICT_HEADERS)
     body = "".join(
-        "<tr>" + "".join(
-            f"<td class='{verdict_class(cell)}'>{_e(cell)}</td>" if i in (1, 2)
-            else f"<td>{_e(cell)}</td>" for i, cell in enumerate(row)
-        ) + "</tr>"
+        "<tr>"
+        + "".join(
+            f"<td class='{verdict_class(cell)}'>{_e(cell)}</td>"
+            if i in (1, 2)
+            else f"<td>{_e(cell)}</td>"
+            for i, cell in enumerate(row)
+        )
+        + "</tr>"
         for row in rows
-    )  # fmt: skip
+    )
     return f"<table class='findings'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

@@ -149,8 +149,9 @@ def numerics(table: pd.DataFrame) -> str:
         if counts.empty:
             parts.append(f"{verb} in: not recorded")
             continue
-        listed = ", ".join(f"{name} ({n} variant{'s' if n != 1 else ''})"
-                           for name, n in counts.items())  # fmt: skip
+        listed = ", ".join(
+            f"{name} ({n} variant{'s' if n != 1 else ''})" for name, n in counts.items()
+        )
         parts.append(f"{verb} in {listed}")
     return "; ".join(parts) + " (weights, optimizer and loss in fp32; TF32 off on GPUs)"
 

@@ -43,15 +43,19 @@ def sample_translations(data: StudyData, per_bucket: int = 2, seed: int = 1) -> 
         chosen = np.sort(rng.choice(members, min(per_bucket, len(members)), replace=False))
         for i in chosen:
             source, reference = pairs[i]
-            samples.append({
-                "bucket": bucket,
-                "training_range": ranges.get(bucket, ""),
-                "index": int(i),
-                "source": source,
-                "reference": reference,
-                "outputs": [(row.scorer, row.variant, outputs[row.variant][i])
-                            for row in systems.itertuples()],
-            })  # fmt: skip
+            samples.append(
+                {
+                    "bucket": bucket,
+                    "training_range": ranges.get(bucket, ""),
+                    "index": int(i),
+                    "source": source,
+                    "reference": reference,
+                    "outputs": [
+                        (row.scorer, row.variant, outputs[row.variant][i])
+                        for row in systems.itertuples()
+                    ],
+                }
+            )
     return samples
 
 

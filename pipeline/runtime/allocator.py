@@ -57,8 +57,14 @@ def _apply() -> bool:
         logger.debug("no glibc mallopt; allocator left as it is")
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    done = (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-            and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)  # fmt: skip
-    logger.debug("glibc malloc: mmap threshold %d, trim threshold %d: %s", MMAP_THRESHOLD,
-                 TRIM_THRESHOLD, "set" if done else "refused")  # fmt: skip
+    done = (
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+        and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    )
+    logger.debug(
+        "glibc malloc: mmap threshold %d, trim threshold %d: %s",
+        MMAP_THRESHOLD,
+        TRIM_THRESHOLD,
+        "set" if done else "refused",
+    )
     return done

@@ -97,8 +97,9 @@ def init_ray(config: RayConfig) -> None:
             ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **common)
     except (ray.exceptions.RayError, ConnectionError, RuntimeError, ValueError) as err:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
-        raise ClusterError(f"ray.address: could not start or join {where}: "
-                           f"{root_cause(err)}") from None  # fmt: skip
+        raise ClusterError(
+            f"ray.address: could not start or join {where}: {root_cause(err)}"
+        ) from None
     _check_resources(config, local=not address)
 
 
@@ -155,15 +156,20 @@ def shortages(resources: TaskResources) -> list[tuple[str, float, float]]:
     cluster has less of than one task of ``resources`` asks for."""
     total = ray.cluster_resources()
     wanted = {"CPU": resources.cpus, "GPU": resources.gpus, **resources.custom}
-    return [(name, amount, total.get(name, 0)) for name, amount in wanted.items()
-            if amount and total.get(name, 0) < amount]  # fmt: skip
+    return [
+        (name, amount, total.get(name, 0))
+        for name, amount in wanted.items()
+        if amount and total.get(name, 0) < amount
+    ]
 
 
 def missing_resources(resources: TaskResources) -> str | None:
     """What the cluster's live nodes lack, in total, to run one task of ``resources``
     ("CPU: 1 per trial, the cluster has 0"), or None if one fits."""
-    short = [f"{name}: {amount:g} per trial, the cluster has {have:g}"
-             for name, amount, have in shortages(resources)]  # fmt: skip
+    short = [
+        f"{name}: {amount:g} per trial, the cluster has {have:g}"
+        for name, amount, have in shortages(resources)
+    ]
     return "; ".join(short) or None
 
 
@@ -172,9 +178,14 @@ class ResourceWatch:
     why once the shortage has lasted ``minutes`` in a row (``ray.pending_timeout_minutes``
     in infra.yaml), None until then. ``clock`` and ``probe`` are for tests."""
 
-    def __init__(self, resources: TaskResources, minutes: float, what: str,
-                 clock: Callable[[], float] = time.monotonic,
-                 probe: Callable[[TaskResources], str | None] = missing_resources):  # fmt: skip
+    def __init__(
+        self,
+        resources: TaskResources,
+        minutes: float,
+        what: str,
+        clock: Callable[[], float] = time.monotonic,
+        probe: Callable[[TaskResources], str | None] = missing_resources,
+    ):
         self.resources, self.seconds, self.what = resources, 60 * minutes, what
         self.clock, self.probe = clock, probe
         self.since: float | None = None
@@ -189,8 +200,12 @@ class ResourceWatch:
         if self.since is None:
             self.since = now
         if not self.warned:
-            logger.warning("the cluster cannot run one %s now (%s); waiting at most %.0f min",
-                           self.what, missing, self.seconds / 60)  # fmt: skip
+            logger.warning(
+                "the cluster cannot run one %s now (%s); waiting at most %.0f min",
+                self.what,
+                missing,
+                self.seconds / 60,
+            )
             self.warned = True
         if now - self.since < self.seconds:
             return None

@@ -13,9 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 PALETTE = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)  # fmt: skip
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 """Matplotlib's tab10, in catalogue order: a scorer keeps its colour in every figure."""
 
 Flops = Callable[[int, int], tuple[int, int]]
@@ -76,18 +84,37 @@ def _location(h: int, s: int) -> tuple[int, int]:
 
 _ATTENTION = "pipeline.models.attention"
 _BUILTIN = (
-    ScorerEntry("none", "Cho et al. 2014 (RNN Encoder-Decoder, no attention)",
-                "no attention: one fixed summary of the source"),
+    ScorerEntry(
+        "none",
+        "Cho et al. 2014 (RNN Encoder-Decoder, no attention)",
+        "no attention: one fixed summary of the source",
+    ),
     ScorerEntry("dot", "Luong et al. 2015, eq. 8", "q . k", _dot, f"{_ATTENTION}:DotScorer"),
-    ScorerEntry("scaled_dot", "Vaswani et al. 2017, eq. 1", "q . k / sqrt(H)", _dot,
-                f"{_ATTENTION}:ScaledDotScorer"),
-    ScorerEntry("general", "Luong et al. 2015, eq. 8", "q W_a k", _general,
-                f"{_ATTENTION}:GeneralScorer"),
-    ScorerEntry("additive", "Bahdanau et al. 2014, app. A.1.2", "v_a . tanh(W_a q + U_a k)",
-                _additive, f"{_ATTENTION}:AdditiveScorer"),
-    ScorerEntry("location", "Luong et al. 2015, eq. 8", "(W_a q)_j for source position j",
-                _location, f"{_ATTENTION}:LocationScorer"),
-)  # fmt: skip
+    ScorerEntry(
+        "scaled_dot",
+        "Vaswani et al. 2017, eq. 1",
+        "q . k / sqrt(H)",
+        _dot,
+        f"{_ATTENTION}:ScaledDotScorer",
+    ),
+    ScorerEntry(
+        "general", "Luong et al. 2015, eq. 8", "q W_a k", _general, f"{_ATTENTION}:GeneralScorer"
+    ),
+    ScorerEntry(
+        "additive",
+        "Bahdanau et al. 2014, app. A.1.2",
+        "v_a . tanh(W_a q + U_a k)",
+        _additive,
+        f"{_ATTENTION}:AdditiveScorer",
+    ),
+    ScorerEntry(
+        "location",
+        "Luong et al. 2015, eq. 8",
+        "(W_a q)_j for source position j",
+        _location,
+        f"{_ATTENTION}:LocationScorer",
+    ),
+)
 BUILTIN = tuple(e.name for e in _BUILTIN)
 """The built-in scorers, in display order."""
 

@@ -78,8 +78,15 @@ def register_scorer(
         if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
             raise PluginError(f"{where}: scorer name {name!r}: use lower-case letters, digits, _")
         digest = source.digest if source else _file_digest(where)
-        entry = ScorerEntry(name, paper or f"plugin {where}", formula or cls.__doc__ or "",
-                            flops, cls, plugin=str(where), source_digest=digest)  # fmt: skip
+        entry = ScorerEntry(
+            name,
+            paper or f"plugin {where}",
+            formula or cls.__doc__ or "",
+            flops,
+            cls,
+            plugin=str(where),
+            source_digest=digest,
+        )
         try:
             catalogue.add(entry)
         except ValueError as err:
@@ -94,8 +101,10 @@ def _check_class(cls: type, where: str) -> None:
     bases = [b for b in getattr(cls, "__mro__", ()) if (b.__module__, b.__name__) == SCORER_BASE]
     Scorer = bases[0] if bases else None  # noqa: N806
     if Scorer is None:
-        raise PluginError(f"{where}: {getattr(cls, '__name__', cls)} must subclass "
-                          "pipeline.models.attention.Scorer")  # fmt: skip
+        raise PluginError(
+            f"{where}: {getattr(cls, '__name__', cls)} must subclass "
+            "pipeline.models.attention.Scorer"
+        )
     overrides_score = cls.score is not Scorer.score
     for method in REQUIRED:
         if getattr(cls, method) is getattr(Scorer, method) and not overrides_score:

@@ -46,8 +46,12 @@ def checkpoint_uri(checkpoint: Any) -> str | None:
     return None if prefix is None else prefix + str(checkpoint.path)
 
 
-def copy_folder(source: Path, dest: Path, names: tuple[str, ...] | None = None,
-                manifest: dict[str, str] | None = None) -> None:  # fmt: skip
+def copy_folder(
+    source: Path,
+    dest: Path,
+    names: tuple[str, ...] | None = None,
+    manifest: dict[str, str] | None = None,
+) -> None:
     """Replace ``dest`` with the files of ``source`` (only ``names``, if given; hard links
     where the filesystem allows: checkpoints are large and never modified in place),
     atomically; with ``manifest``, also :data:`VariantFiles.MANIFEST`."""
@@ -79,8 +83,12 @@ class VariantCache:
         """Keep the finished variant in ``source`` (its :data:`VariantFiles.KEPT` files)
         with the sha256 of each (:data:`VariantFiles.MANIFEST`)."""
         try:
-            copy_folder(source, self.files(config_hash).folder, VariantFiles.KEPT,
-                        manifest=VariantFiles(source).digests())  # fmt: skip
+            copy_folder(
+                source,
+                self.files(config_hash).folder,
+                VariantFiles.KEPT,
+                manifest=VariantFiles(source).digests(),
+            )
         except OSError:
             if self.finished(config_hash) is None:
                 raise
@@ -96,8 +104,9 @@ class VariantCache:
         entry = self.files(config_hash)
         damage = entry.damaged()
         if damage:
-            logger.warning("variant cache entry %s: %s; removed, the variant retrains",
-                           entry.folder, damage)  # fmt: skip
+            logger.warning(
+                "variant cache entry %s: %s; removed, the variant retrains", entry.folder, damage
+            )
             shutil.rmtree(entry.folder, ignore_errors=True)
             return None
         copy_folder(entry.folder, dest)

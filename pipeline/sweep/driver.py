@@ -119,8 +119,9 @@ class _ProjectResumeAdvice(logging.Filter):
 _RESUME_FILTER = _ProjectResumeAdvice()
 
 
-def _tune(todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, callbacks,
-          stopper=None):  # fmt: skip
+def _tune(
+    todo: dict[str, TrialSpec], data, infra: Infra, paths: SweepPaths, callbacks, stopper=None
+):
     ray_cfg = infra.ray
     logging.getLogger("ray.tune.tune").addFilter(_RESUME_FILTER)  # once: a set of filters
     resources = next(iter(todo.values())).resources
@@ -181,8 +182,9 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         cached = VariantFiles(folder).finished(spec.config_hash)
         damage = cached is not None and VariantFiles(folder).damaged()
         if damage:
-            logger.warning("%s: %s; taken again from the variant cache or retrained",
-                           folder, damage)  # fmt: skip
+            logger.warning(
+                "%s: %s; taken again from the variant cache or retrained", folder, damage
+            )
             cached = None
         if cached is None:
             cached = paths.cache.restore(spec.config_hash, folder)
@@ -207,8 +209,9 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         try:
             progress = StudyProgress(len(todo))
             pending = PendingWatch(resources, infra.ray.pending_timeout_minutes)
-            grid = _tune(todo, data, infra, paths, [outputs, tracking, progress, pending],
-                         stopper=pending)  # fmt: skip
+            grid = _tune(
+                todo, data, infra, paths, [outputs, tracking, progress, pending], stopper=pending
+            )
             if pending.reason:
                 raise SweepInterruptedError(pending.reason)
             _raise_if_interrupted(grid, outputs)
@@ -263,8 +266,11 @@ def _scaled_timeouts(todo: dict[str, TrialSpec], forecast) -> dict[str, TrialSpe
     logger.warning(
         "ray.trial_timeout_minutes %.0f is less than %.0fx the longest variant's run at its "
         "step cap on this machine (%.0f min); the safety limit is %.0f min",
-        limit, SAFETY_FACTOR, forecast.longest_minutes, needed,
-    )  # fmt: skip
+        limit,
+        SAFETY_FACTOR,
+        forecast.longest_minutes,
+        needed,
+    )
     return {k: replace(spec, trial_timeout_minutes=needed) for k, spec in todo.items()}
 
 
@@ -331,9 +337,13 @@ def _collect(todo: dict[str, TrialSpec], grid, outputs: OutputsCallback) -> dict
             error = errors.get(variant_id) or outputs.errors.get(variant_id) or "did not finish"
             status, summary = "failed", {}
         outcomes[variant_id] = VariantOutcome(
-            variant_id, status, spec.config_hash, error, outputs.attempts.get(variant_id, 0),
+            variant_id,
+            status,
+            spec.config_hash,
+            error,
+            outputs.attempts.get(variant_id, 0),
             summary,
-        )  # fmt: skip
+        )
     return outcomes
 
 

@@ -112,10 +112,14 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
         steps = _StepCount()
         try:
             result = train_variant(
-                spec.variant, data, scratch, callbacks=[_TuneReport(scratch), steps],
-                device=device, resume=True,
+                spec.variant,
+                data,
+                scratch,
+                callbacks=[_TuneReport(scratch), steps],
+                device=device,
+                resume=True,
                 time_limit=TimeLimit(60 * timeout, fail=True) if timeout else None,
-            )  # fmt: skip
+            )
         except Exception as err:
             if steps.count or checkpoint is not None:
                 raise  # failed mid-training: Tune retries it from its checkpoint
@@ -155,8 +159,14 @@ def resolve_auto_precision(ray_config, resources: TaskResources) -> str:
         return resolve("auto", device_for(resources.gpus))
     init_ray(ray_config)
     probe = {"probe": "auto"}
-    done = run_tasks(_resolve_precision, probe, resources, "precision probe", (resources,),
-                     ray_config.pending_timeout_minutes)  # fmt: skip
+    done = run_tasks(
+        _resolve_precision,
+        probe,
+        resources,
+        "precision probe",
+        (resources,),
+        ray_config.pending_timeout_minutes,
+    )
     return done["probe"]
 
 
@@ -184,20 +194,31 @@ def preflight(variants: list[Variant], data: TokenizedData, ray_config, resource
         init_ray(ray_config)
         try:
             shared = (resources, tuple(loaded_plugins()), data)
-            checks = run_tasks(_preflight_task, {"preflight": list(variants)}, resources,
-                               "preflight", shared,
-                               ray_config.pending_timeout_minutes)["preflight"]  # fmt: skip
+            checks = run_tasks(
+                _preflight_task,
+                {"preflight": list(variants)},
+                resources,
+                "preflight",
+                shared,
+                ray_config.pending_timeout_minutes,
+            )["preflight"]
         except TasksFailedError as err:
             raise PreflightError(str(err).split("preflight: ", 1)[-1]) from None
         lanes = _lanes(ray.cluster_resources(), resources)
     if ray_config.max_concurrent_trials:
         lanes = min(lanes, ray_config.max_concurrent_trials)
     sized = len({v.model.hidden_size for v in variants}) > 1  # name the size when it varies
-    rates = ", ".join(f"{_family_label(c.name, sized)} {c.seconds_per_step * 1e3:.0f} ms"
-                      for c in checks)  # fmt: skip
+    rates = ", ".join(
+        f"{_family_label(c.name, sized)} {c.seconds_per_step * 1e3:.0f} ms" for c in checks
+    )
     precisions = sorted({c.precision for c in checks})
-    logger.info("preflight: %d model families train in %s here (%.1f s); a step takes %s",
-                len(checks), "/".join(precisions), time.perf_counter() - start, rates)  # fmt: skip
+    logger.info(
+        "preflight: %d model families train in %s here (%.1f s); a step takes %s",
+        len(checks),
+        "/".join(precisions),
+        time.perf_counter() - start,
+        rates,
+    )
     forecast = estimate(variants, checks, lanes)
     logger.info("%s", forecast.line())
     return forecast

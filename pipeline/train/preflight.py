@@ -67,10 +67,12 @@ def families(variants: Iterable[Variant]) -> dict[str, list[Variant]]:
 def _sample_batches(data: TokenizedData, variant: Variant, count: int) -> list:
     """``count`` real training batches of the variant's size, of typical length."""
     split = data.split("train")
-    batches = token_batches(split.src_lengths, split.tgt_lengths, variant.train.batch_tokens,
-                            np.random.default_rng(0))  # fmt: skip
-    return [make_batch(split, b, reverse_source=variant.model.reverse_source)
-            for b in batches[:count]]  # fmt: skip
+    batches = token_batches(
+        split.src_lengths, split.tgt_lengths, variant.train.batch_tokens, np.random.default_rng(0)
+    )
+    return [
+        make_batch(split, b, reverse_source=variant.model.reverse_source) for b in batches[:count]
+    ]
 
 
 def check_training(
@@ -91,13 +93,20 @@ def check_training(
                 seconds = []
                 for batch in _sample_batches(data, variant, WARMUP_STEPS + TIMED_STEPS):
                     start = time.perf_counter()
-                    loss, _, _ = optimizer_step(model, optimizer, batch.to(device),
-                                                variant.train, precision, device)  # fmt: skip
+                    loss, _, _ = optimizer_step(
+                        model, optimizer, batch.to(device), variant.train, precision, device
+                    )
                     float(loss.detach())  # waits for a GPU
                     seconds.append(time.perf_counter() - start)
             except RUN_ERRORS as err:
-                fail("train.precision", precision, variant.model.scorer,
-                      [v.id for v in family], device, err)  # fmt: skip
+                fail(
+                    "train.precision",
+                    precision,
+                    variant.model.scorer,
+                    [v.id for v in family],
+                    device,
+                    err,
+                )
             median = statistics.median(seconds[WARMUP_STEPS:])
             checks.append(FamilyCheck(name, tuple(v.id for v in family), precision, median))
     finally:
@@ -130,8 +139,9 @@ def _hours(hours: float) -> str:
     return f"{hours * 60:.0f} min" if hours < 1.5 else f"{hours:.1f} h"
 
 
-def estimate(variants: Sequence[Variant], checks: Sequence[FamilyCheck], concurrent: int
-             ) -> Estimate:  # fmt: skip
+def estimate(
+    variants: Sequence[Variant], checks: Sequence[FamilyCheck], concurrent: int
+) -> Estimate:
     """Expected and bounding time of training ``variants`` (those still to train), at
     ``concurrent`` trials at a time, from the preflight's seconds per step. A variant's
     expected steps are :data:`EXPECTED_SHARE_OF_CAP` of ``train.max_steps`` (its
@@ -147,5 +157,12 @@ def estimate(variants: Sequence[Variant], checks: Sequence[FamilyCheck], concurr
         expected, bound = expected + steps * seconds, bound + cap * seconds
         longest = max(longest, cap * seconds / 60)
     lanes = max(1, min(concurrent, len(variants)))
-    return Estimate(len(variants), expected_steps, max_steps, expected / lanes / 3600,
-                    bound / lanes / 3600, lanes, longest)  # fmt: skip
+    return Estimate(
+        len(variants),
+        expected_steps,
+        max_steps,
+        expected / lanes / 3600,
+        bound / lanes / 3600,
+        lanes,
+        longest,
+    )

@@ -118,9 +118,17 @@ class OnStep(TrainCallback):
 
 
 HISTORY_FIELDS = (
-    "epoch", "step", "train_loss", "dev_loss", "dev_bleu", "tokens_per_s", "learning_rate",
-    "wall_time", "epochs", "end_of_epoch",
-)  # fmt: skip
+    "epoch",
+    "step",
+    "train_loss",
+    "dev_loss",
+    "dev_bleu",
+    "tokens_per_s",
+    "learning_rate",
+    "wall_time",
+    "epochs",
+    "end_of_epoch",
+)
 """``history.csv`` columns, one row per evaluation: ``epoch`` is the epoch in progress,
 ``epochs`` the fraction of epochs done (1.33: a third into epoch 2), ``end_of_epoch`` 1 at
 an epoch end; ``train_loss`` and ``tokens_per_s`` cover the steps since the previous row,
@@ -379,9 +387,13 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> Reduce
     if cfg.lr_decay >= 1:
         return None
     return ReduceLROnPlateau(
-        optimizer, mode="max", factor=cfg.lr_decay, patience=cfg.lr_patience,
-        threshold=progress_signal(cfg).threshold, threshold_mode="abs",
-    )  # fmt: skip
+        optimizer,
+        mode="max",
+        factor=cfg.lr_decay,
+        patience=cfg.lr_patience,
+        threshold=progress_signal(cfg).threshold,
+        threshold_mode="abs",
+    )
 
 
 def progress_signal(cfg: TrainConfig) -> ProgressSignal:
@@ -436,8 +448,9 @@ class _DevSet:
 
     def __init__(self, data: TokenizedData, cfg: TrainConfig):
         self.cfg, self.split, self.tokenizer = cfg, data.split("dev"), data.tgt_tokenizer
-        self.batches = token_batches(self.split.src_lengths, self.split.tgt_lengths,
-                                     cfg.batch_tokens)  # fmt: skip
+        self.batches = token_batches(
+            self.split.src_lengths, self.split.tgt_lengths, cfg.batch_tokens
+        )
         size = min(len(self.split), cfg.dev_bleu_sentences)
         self.bleu_split = self.split.subset(np.arange(size))
 
@@ -447,9 +460,14 @@ class _DevSet:
 
     def bleu(self, model: Seq2Seq, device, precision: str) -> float:
         """The dev BLEU of an evaluation (also what the time-to-quality benchmark probes)."""
-        return dev_bleu(model, self.bleu_split, self.tokenizer,
-                        max_ratio=self.cfg.max_decode_ratio, device=device,
-                        precision=precision)  # fmt: skip
+        return dev_bleu(
+            model,
+            self.bleu_split,
+            self.tokenizer,
+            max_ratio=self.cfg.max_decode_ratio,
+            device=device,
+            precision=precision,
+        )
 
 
 class Trainer:
@@ -498,10 +516,20 @@ class Trainer:
         """The rest of the current epoch, then its final evaluation (unless early stopping
         already ended training at a mid-epoch one)."""
         p, cfg = self.progress, self.cfg
-        batches = epoch_batches(self.train_split, cfg.batch_tokens, seed=cfg.seed, epoch=p.epoch,
-                                curriculum_steps=cfg.curriculum_steps)  # fmt: skip
-        logger.info("%s epoch %d: %d batches, padding %s", self.variant.id, p.epoch, len(batches),
-                    _format(padding_fraction(self.train_split, batches)))  # fmt: skip
+        batches = epoch_batches(
+            self.train_split,
+            cfg.batch_tokens,
+            seed=cfg.seed,
+            epoch=p.epoch,
+            curriculum_steps=cfg.curriculum_steps,
+        )
+        logger.info(
+            "%s epoch %d: %d batches, padding %s",
+            self.variant.id,
+            p.epoch,
+            len(batches),
+            _format(padding_fraction(self.train_split, batches)),
+        )
         quiet = not sys.stderr.isatty()
         with tqdm(total=len(batches), initial=p.batch_position, leave=False, disable=quiet) as bar:
             stopped = self._train_batches(batches, bar)
@@ -603,22 +631,35 @@ class Trainer:
                 return
         elif p.best is not None and value <= p.best.value:
             return
-        p.best = Best(value, p.epoch, p.step, metrics["dev_loss"], metrics["dev_bleu"],
-                      self._wall_time())  # fmt: skip
-        save_checkpoint(self.files.checkpoint, self._evaluated_model(), self.vocab,
-                        self.variant.id, extra=asdict(p.best))  # fmt: skip
+        p.best = Best(
+            value, p.epoch, p.step, metrics["dev_loss"], metrics["dev_bleu"], self._wall_time()
+        )
+        save_checkpoint(
+            self.files.checkpoint,
+            self._evaluated_model(),
+            self.vocab,
+            self.variant.id,
+            extra=asdict(p.best),
+        )
 
     def _history_row(self, metrics: dict[str, float], epoch_batches: int) -> dict[str, float]:
         p = self.progress
-        row = {"epoch": p.epoch, "step": p.step, "train_loss": p.window.loss, **metrics,
-               "tokens_per_s": p.window.tokens_per_s, "learning_rate": self._learning_rate(),
-               "wall_time": self._wall_time(),
-               "epochs": round(p.epoch - 1 + p.batch_position / max(epoch_batches, 1), 4),
-               "end_of_epoch": int(p.batch_position >= epoch_batches)}  # fmt: skip
+        row = {
+            "epoch": p.epoch,
+            "step": p.step,
+            "train_loss": p.window.loss,
+            **metrics,
+            "tokens_per_s": p.window.tokens_per_s,
+            "learning_rate": self._learning_rate(),
+            "wall_time": self._wall_time(),
+            "epochs": round(p.epoch - 1 + p.batch_position / max(epoch_batches, 1), 4),
+            "end_of_epoch": int(p.batch_position >= epoch_batches),
+        }
         p.history.append(row)
         p.window = Meter()
-        logger.info("%s epoch %.2f step %d: %s", self.variant.id, row["epochs"], p.step,
-                    _format(row))  # fmt: skip
+        logger.info(
+            "%s epoch %.2f step %d: %s", self.variant.id, row["epochs"], p.step, _format(row)
+        )
         return row
 
     def _after_evaluation(self, value: float, end_of_epoch: bool) -> None:
@@ -632,8 +673,12 @@ class Trainer:
         if not p.stop_reason and self.plateau.exhausted:
             p.stop_reason = "early_stopping"
         elif not p.stop_reason and floor and self._learning_rate() < floor:
-            logger.info("%s: learning rate %.3g below min_learning_rate %.3g: plateaued",
-                        self.variant.id, self._learning_rate(), floor)  # fmt: skip
+            logger.info(
+                "%s: learning rate %.3g below min_learning_rate %.3g: plateaued",
+                self.variant.id,
+                self._learning_rate(),
+                floor,
+            )
             p.stop_reason = "early_stopping"
         if end_of_epoch and not p.stop_reason:
             if p.epoch >= self.cfg.max_epochs:
@@ -670,8 +715,13 @@ class Trainer:
             logger.warning("%s: other config or data; starting %s afresh", path, self.variant.id)
             return False
         if state.get("precision", self.precision) != self.precision:
-            logger.warning("%s: trained so far in %s, continuing in %s (%s here)", path,
-                           state["precision"], self.precision, self.cfg.precision)  # fmt: skip
+            logger.warning(
+                "%s: trained so far in %s, continuing in %s (%s here)",
+                path,
+                state["precision"],
+                self.precision,
+                self.cfg.precision,
+            )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None:

@@ -63,9 +63,13 @@ def project(tmp_path_factory):
     params = {"plugins": ["scorers/cosine.py"], **params}
     params["train"]["grid_include"] = [{"scorer": ["cosine"], "learning_rate": [0.01]}]
     params["evaluate"]["comparisons"] = [
-        {"name": "Cosine vs additive", "plus": {"scorer": "cosine"},
-         "minus": {"scorer": "additive"}, "effect": 0.5}
-    ]  # fmt: skip
+        {
+            "name": "Cosine vs additive",
+            "plus": {"scorer": "cosine"},
+            "minus": {"scorer": "additive"},
+            "effect": 0.5,
+        }
+    ]
     infra = tiny_infra(root)
     infra["ray"]["storage_path"] = None  # the default, .ray_results in the project root
     sh = dvc_repo(root, params, infra)
@@ -327,9 +331,9 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
         "findings.json",
         "report",
     } <= artifacts  # the report stage's too
-    assert "index.html" in {a.path.split("/")[-1] for a in client.list_artifacts(
-        parent.info.run_id, "report"
-    )}  # fmt: skip
+    assert "index.html" in {
+        a.path.split("/")[-1] for a in client.list_artifacts(parent.info.run_id, "report")
+    }
     for run in children:
         variant_id = run.data.tags["variant"]
         info, values = sweep["variants"][variant_id], summary["variants"][variant_id]

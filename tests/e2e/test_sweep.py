@@ -342,10 +342,10 @@ def test_a_precision_this_machine_cannot_train_stops_in_the_preflight(tmp_path):
     names train.precision, before Ray starts, in seconds."""
     root = tmp_path
     grid = {"scorer": ["none", "additive"], "cell": ["lstm"]}  # the GRU runs step by step
-    params = make_project(root, grid=grid, precision="bf16",
-                          max_epochs=1)  # fmt: skip
-    result = stage("stages.train", params, root, *train_args(root),
-                   extra_env={"ONEDNN_MAX_CPU_ISA": "AVX2"})  # fmt: skip
+    params = make_project(root, grid=grid, precision="bf16", max_epochs=1)
+    result = stage(
+        "stages.train", params, root, *train_args(root), extra_env={"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    )
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, result.stderr[-3000:]

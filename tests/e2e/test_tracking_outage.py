@@ -40,11 +40,21 @@ class Server:
 
     def start(self, timeout: float = 120) -> None:
         command = [
-            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-            "--port", str(self.port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-            "--artifacts-destination", str(self.root / "server-artifacts"),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'server.db'}",
+            "--artifacts-destination",
+            str(self.root / "server-artifacts"),
+        ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )

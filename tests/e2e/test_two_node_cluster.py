@@ -112,11 +112,23 @@ def cluster(tmp_path_factory):
     env.pop("RAY_ADDRESS", None)
     started = time.perf_counter()
     head = subprocess.Popen(
-        [RAY, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-         "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false",
-         f"--temp-dir={temp_dir}", "--block"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        [
+            RAY,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=1",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            f"--temp-dir={temp_dir}",
+            "--block",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     projects.mkdir()
     hide = _hide([REPO_ROOT, projects], tmp_path / "venv")
     worker_cmd = (
@@ -125,8 +137,11 @@ def cluster(tmp_path_factory):
     )
     worker = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", worker_cmd],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline, nodes = time.time() + 120, []
         while time.time() < deadline:
@@ -249,8 +264,9 @@ def test_a_cluster_without_the_resources_a_trial_needs_stops_within_its_bound(cl
     """No node has what a trial asks for: the wait is bounded by
     ray.pending_timeout_minutes and ends in one line saying what is missing."""
     project = cluster["projects"] / "starved"
-    ray_params = _ray_params(cluster, "starved", resources_per_trial={"no_such_node": 1},
-                             pending_timeout_minutes=0.1)  # fmt: skip
+    ray_params = _ray_params(
+        cluster, "starved", resources_per_trial={"no_such_node": 1}, pending_timeout_minutes=0.1
+    )
     params = make_project(project, ray=ray_params, grid={"scorer": ["none"]}, max_epochs=1)
     result, seconds = _run("stages.train", params, project, cluster["env"], *train_args(project))
     assert result.returncode == 1, result.stderr[-3000:]

@@ -40,19 +40,21 @@ def compiled(monkeypatch):
     assert native.additive_energy_kernel() is not None, "the compiled kernel did not build"
 
 
-@pytest.mark.parametrize(("batch", "steps", "sources", "block"), [
-    (3, 5, 4, 2**18),  # one block
-    (7, 6, 5, 40),  # several batch rows per block, ragged last block
-    (2, 9, 3, 20),  # one row's steps split over blocks
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("batch", "steps", "sources", "block"),
+    [
+        (3, 5, 4, 2**18),  # one block
+        (7, 6, 5, 40),  # several batch rows per block, ragged last block
+        (2, 9, 3, 20),  # one row's steps split over blocks
+    ],
+)
 def test_matches_autograd_values_and_gradients(
     batch, steps, sources, block, monkeypatch, torch_blocks
 ):
     monkeypatch.setattr(module, "BLOCK_ELEMENTS", block)
     torch.manual_seed(0)
     size = 8
-    inputs = [torch.randn(batch, steps, size), torch.randn(batch, sources, size),
-              torch.randn(size)]  # fmt: skip
+    inputs = [torch.randn(batch, steps, size), torch.randn(batch, sources, size), torch.randn(size)]
     grad = torch.randn(batch, steps, sources)
     results = []
     for function in (_reference, additive_energy):
@@ -67,9 +69,11 @@ def test_matches_autograd_values_and_gradients(
 def test_gradcheck_float64(monkeypatch):
     monkeypatch.setattr(module, "BLOCK_ELEMENTS", 30)
     torch.manual_seed(0)
-    inputs = (torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True),
-              torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True),
-              torch.randn(4, dtype=torch.float64, requires_grad=True))  # fmt: skip
+    inputs = (
+        torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True),
+        torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True),
+        torch.randn(4, dtype=torch.float64, requires_grad=True),
+    )
     assert torch.autograd.gradcheck(additive_energy, inputs)
 
 
@@ -79,8 +83,11 @@ def test_compiled_kernel_matches_float64_autograd(size, compiled):
     skips) and a softmax's gradient, as training has them."""
     torch.manual_seed(0)
     batch, steps, sources = 4, 6, 7
-    inputs = [torch.randn(batch, steps, size), torch.randn(batch, sources, size) * 2,
-              torch.randn(size) * 0.2]  # fmt: skip
+    inputs = [
+        torch.randn(batch, steps, size),
+        torch.randn(batch, sources, size) * 2,
+        torch.randn(size) * 0.2,
+    ]
     mask = torch.ones(batch, sources, dtype=torch.bool)
     mask[0, 3:] = mask[2, 5:] = False
     upstream = torch.randn(batch, steps, sources)
@@ -184,8 +191,14 @@ def test_step_energy_matches_autograd_and_sums_the_keys_gradient(block, monkeypa
         step_query.copy_(query.detach()[:, i])
         found = step.scores(step_query, torch.empty(batch, sources).double()).add_(offset)
         torch.testing.assert_close(found, scores[:, i].detach(), rtol=1e-12, atol=1e-12)
-        found = step.backward(grads[:, i].contiguous(), step_query, grad_query, grad_keys,
-                              grad_energy, first=i == steps - 1)  # fmt: skip
+        found = step.backward(
+            grads[:, i].contiguous(),
+            step_query,
+            grad_query,
+            grad_keys,
+            grad_energy,
+            first=i == steps - 1,
+        )
         torch.testing.assert_close(found, query.grad[:, i], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(step.finish_keys(grad_keys), keys.grad, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad_energy, energy.grad, rtol=1e-12, atol=1e-12)
@@ -204,8 +217,14 @@ def _build_process(extensions: Path) -> subprocess.Popen:
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(extensions), PYTHONPATH=path)
     env[native.ENV_SWITCH] = "on"
-    return subprocess.Popen([sys.executable, "-c", BUILD], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", BUILD],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.slow
@@ -254,7 +273,8 @@ def test_a_build_waits_for_the_os_lock_with_a_bound(tmp_path, caplog):
         holder.release()
     assert "got" not in result
     assert result["error"].startswith(f"{tmp_path / native.OS_LOCK}: another process held")
-    assert any("waiting for another process's kernel build" in r.getMessage()
-               for r in caplog.records)  # fmt: skip
+    assert any(
+        "waiting for another process's kernel build" in r.getMessage() for r in caplog.records
+    )
     with native._build_lock(tmp_path, timeout=0.5):  # free again: taken at once
         pass

@@ -28,8 +28,14 @@ print(json.dumps({"tuned": tuned, "in_heap": inside}))
 
 def _probe(setting: str) -> dict:
     env = {**os.environ, "ATTENTION_STUDY_MALLOC": setting, "PYTHONPATH": str(REPO_ROOT)}
-    out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=REPO_ROOT, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.splitlines()[-1])
 
 

@@ -34,11 +34,14 @@ class _Loop(torch.nn.Module):
         return gru_attention_loop(self.cell, self.scorer, embedded, memory, hidden)
 
 
-@pytest.mark.parametrize(("block", "query_bias"), [
-    (2**18, False),  # one block a step
-    (12, False),  # one batch row a block
-    (2**18, True),  # a W_a with a bias (AdditiveScorer has none; the loop takes one)
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("block", "query_bias"),
+    [
+        (2**18, False),  # one block a step
+        (12, False),  # one batch row a block
+        (2**18, True),  # a W_a with a bias (AdditiveScorer has none; the loop takes one)
+    ],
+)
 def test_gradients_of_all_three_outputs_pass_gradcheck(block, query_bias, monkeypatch):
     """Float64 gradcheck of states, contexts and attention weights with respect to the
     embeddings, the initial state, the keys, the values and every weight the loop reads,
@@ -51,8 +54,14 @@ def test_gradients_of_all_three_outputs_pass_gradcheck(block, query_bias, monkey
         scorer.query_projection = torch.nn.Linear(size, size).double()
     keys = torch.randn(values.shape, dtype=torch.float64, requires_grad=True)
     loop = _Loop(cell, scorer, mask)
-    names = ["cell.weight_ih", "cell.weight_hh", "cell.bias_ih", "cell.bias_hh",
-             "scorer.query_projection.weight", "scorer.energy.weight"]  # fmt: skip
+    names = [
+        "cell.weight_ih",
+        "cell.weight_hh",
+        "cell.bias_ih",
+        "cell.bias_hh",
+        "scorer.query_projection.weight",
+        "scorer.energy.weight",
+    ]
     names += ["scorer.query_projection.bias"] if query_bias else []
     params = dict(loop.named_parameters())
     weights = [params[n].detach().clone().requires_grad_() for n in names]
@@ -77,11 +86,15 @@ def test_bf16_autocast_gradients_match_the_autograd_loop():
     for by_hand in (True, False):
         cell, scorer, values, embedded, hidden, mask = _inputs(torch.float32, 8, 7, 9, 32)
         if not by_hand:  # the same scorer, seen as a generic one: the autograd loop
-            scorer.__class__ = type("Generic", (type(scorer).__bases__[0],), {
-                "precompute": type(scorer).precompute,
-                "query_layer": type(scorer).query_layer,
-                "score_projected": type(scorer).score_projected,
-            })  # fmt: skip
+            scorer.__class__ = type(
+                "Generic",
+                (type(scorer).__bases__[0],),
+                {
+                    "precompute": type(scorer).precompute,
+                    "query_layer": type(scorer).query_layer,
+                    "score_projected": type(scorer).score_projected,
+                },
+            )
         with torch.autocast("cpu", dtype=torch.bfloat16):
             memory = Memory(values, scorer.precompute(values), mask)
             tops, contexts, weights = gru_attention_loop(cell, scorer, embedded, memory, hidden)

@@ -217,9 +217,14 @@ def test_decoding_on_a_gpu_gives_the_cpu_translations(make_variant, tiny_tok_dir
     results = {}
     for name, gpus in (("cpu", 0.0), ("gpu", 1.0)):
         spec = DecodeSpec(
-            variant.id, checkpoint, "test", EvaluateConfig(beam_size=3), 2.0, (0, 1),
+            variant.id,
+            checkpoint,
+            "test",
+            EvaluateConfig(beam_size=3),
+            2.0,
+            (0, 1),
             TaskResources(cpus=1, gpus=gpus),
-        )  # fmt: skip
+        )
         results[name] = decode_variant(spec, data)
     cpu, gpu = results["cpu"], results["gpu"]
     assert len(gpu.hypotheses) == len(data.split("test"))

@@ -34,13 +34,16 @@ def batch():
     return make_batch(split, np.arange(5))
 
 
-@pytest.mark.parametrize("overrides", [
-    {"scorer": "none"},  # the RNN Encoder-Decoder: c in every decoder input and the readout
-    {"scorer": "none", "baseline": "init_only"},
-    {"scorer": "dot"},
-    {"scorer": "general", "wiring": "bahdanau"},
-    {"scorer": "scaled_dot", "input_feeding": True},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"scorer": "none"},  # the RNN Encoder-Decoder: c in every decoder input and the readout
+        {"scorer": "none", "baseline": "init_only"},
+        {"scorer": "dot"},
+        {"scorer": "general", "wiring": "bahdanau"},
+        {"scorer": "scaled_dot", "input_feeding": True},
+    ],
+)
 def test_gru_models_count_what_torch_counts(overrides, batch, tiny_model_config):
     """torch's CPU GRU issues its products as ordinary matmuls, so every one is counted."""
     config = tiny_model_config(**overrides)

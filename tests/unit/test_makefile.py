@@ -17,10 +17,20 @@ CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 
 def dry_run(tmp_path, *variables: str) -> list[str]:
     out = subprocess.run(
-        ["make", "-n", "--no-print-directory", "-C", str(REPO_ROOT), "setup",
-         f"VENV={tmp_path / 'venv'}", *variables],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        [
+            "make",
+            "-n",
+            "--no-print-directory",
+            "-C",
+            str(REPO_ROOT),
+            "setup",
+            f"VENV={tmp_path / 'venv'}",
+            *variables,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return out.splitlines()
 
 

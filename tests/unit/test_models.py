@@ -305,8 +305,9 @@ def test_fp32_cast_keeps_a_packed_sequence_packed():
     from pipeline.models.rnn import _fp32
 
     padded = torch.randn(3, 4, 2, dtype=torch.bfloat16)
-    packed = pack_padded_sequence(padded, torch.tensor([4, 2, 3]), batch_first=True,
-                                  enforce_sorted=False)  # fmt: skip
+    packed = pack_padded_sequence(
+        padded, torch.tensor([4, 2, 3]), batch_first=True, enforce_sorted=False
+    )
     cast = _fp32(packed)
     assert isinstance(cast, PackedSequence) and cast.data.dtype == torch.float32
     assert cast.batch_sizes.dtype == torch.int64

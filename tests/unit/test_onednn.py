@@ -37,10 +37,17 @@ def _builds(mode: str, extra_env: dict[str, str] | None = None) -> tuple[list[in
     """Primitives built in each of the two sweeps over the same shapes, and the probe's
     report."""
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
-    env.update({"ONEDNN_VERBOSE": "profile_create", "PYTHONPATH": str(REPO_ROOT)},
-               **(extra_env or {}))  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], env=env, cwd=REPO_ROOT,
-                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    env.update(
+        {"ONEDNN_VERBOSE": "profile_create", "PYTHONPATH": str(REPO_ROOT)}, **(extra_env or {})
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode],
+        env=env,
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     builds, sweep = [0, 0], -1
     for line in out.splitlines():
         if line.startswith("sweep "):

@@ -31,8 +31,7 @@ def test_the_example_plugin_registers_and_attends_like_a_built_in():
     scorer = build_scorer("cosine", 8)
     values = torch.randn(2, 5, 8, requires_grad=True)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
-    context, weights = attend(scorer, torch.randn(2, 3, 8), scorer.precompute(values),
-                              values, mask)  # fmt: skip
+    context, weights = attend(scorer, torch.randn(2, 3, 8), scorer.precompute(values), values, mask)
     assert context.shape == (2, 3, 8)
     assert torch.allclose(weights.sum(-1), torch.ones(2, 3))
     assert (weights[1, :, 3:] == 0).all()
@@ -44,14 +43,16 @@ def test_the_example_plugin_registers_and_attends_like_a_built_in():
     ("text", "message"),
     [
         (GOOD.replace("def score_projected", "def other"), "must define score_projected"),
-        (GOOD.replace("class CosineScorer(Scorer)", "class CosineScorer(nn.Module)"),
-         "must subclass pipeline.models.attention.Scorer"),
+        (
+            GOOD.replace("class CosineScorer(Scorer)", "class CosineScorer(nn.Module)"),
+            "must subclass pipeline.models.attention.Scorer",
+        ),
         (GOOD.replace('"cosine",', '"additive",'), "'additive' is taken (a built-in scorer)"),
         (GOOD.replace('"cosine",', '"Cos ine",'), "use lower-case letters"),
         ("import torch\n", "registers no scorer"),
         ("def broken(:\n", "mine.py:1: syntax error"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_plugin_fails_naming_its_file(text, message):
     with pytest.raises(PluginError, match="scorers/mine.py") as err:
         load_plugins([_source(text)])

@@ -66,8 +66,9 @@ def _batch():
     return make_batch(split, np.arange(len(sources)))
 
 
-@pytest.mark.parametrize(("scorer", "wiring"), [("none", "luong"), ("additive", "luong"),
-                                                ("general", "bahdanau")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scorer", "wiring"), [("none", "luong"), ("additive", "luong"), ("general", "bahdanau")]
+)
 def test_bf16_autocast_matches_fp32_loss_and_gradients(scorer, wiring, tiny_model_config):
     torch.manual_seed(0)
     model = Seq2Seq(tiny_model_config(scorer=scorer, wiring=wiring), VOCAB, VOCAB)

@@ -48,8 +48,9 @@ def test_families_group_variants_that_differ_only_in_seed_or_reversal(make_varia
     forward = replace(variants[0], id="additive-fwd", model=forward_model)
     groups = families([*variants, forward])
     assert sorted(len(g) for g in groups.values()) == [1, 3]
-    bigger = replace(variants[0], id="big", model=variants[0].model.model_copy(
-        update={"hidden_size": 64}))  # fmt: skip
+    bigger = replace(
+        variants[0], id="big", model=variants[0].model.model_copy(update={"hidden_size": 64})
+    )
     assert len(families([*variants, bigger])) == 3  # another size is another family
 
 
@@ -98,10 +99,11 @@ def test_a_plugin_scorer_of_the_wrong_shape_is_named_with_its_file():
 def test_decoding_preflight_runs_greedy_and_beam_for_each_family(tiny_tok_dir):
     models = {
         "additive-a": ModelConfig(embedding_size=16, hidden_size=16, scorer="additive"),
-        "additive-b": ModelConfig(embedding_size=16, hidden_size=16, scorer="additive",
-                                  reverse_source=True),
+        "additive-b": ModelConfig(
+            embedding_size=16, hidden_size=16, scorer="additive", reverse_source=True
+        ),
         "none-a": ModelConfig(embedding_size=16, hidden_size=16, scorer="none", cell="lstm"),
-    }  # fmt: skip
+    }
     checks = check_decoding(models, TokenizedData.load(tiny_tok_dir), 3, "fp32")
     assert sorted(c.variants for c in checks) == [("additive-a", "additive-b"), ("none-a",)]
 
@@ -117,13 +119,19 @@ def test_strict_fp32_turns_tf32_off_on_cuda_and_restores_it():
 def _run_capped(script: str, tiny_tok_dir) -> subprocess.CompletedProcess:
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, **AVX2, PYTHONPATH=path, TOK=str(tiny_tok_dir))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_oneDNN_cap_reproduces_the_bf16_lstm_crash():
     """The premise of the tests below: under the cap, torch's CPU bf16 LSTM fails."""
-    out = _run_capped("""
+    out = _run_capped(
+        """
         import torch
         lstm = torch.nn.LSTM(8, 8)
         try:
@@ -132,7 +140,9 @@ def test_the_oneDNN_cap_reproduces_the_bf16_lstm_crash():
             print("ran")
         except RuntimeError as err:
             print("failed:", err)
-    """, None)  # fmt: skip
+    """,
+        None,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("failed: could not create a primitive descriptor"), out.stdout
 
@@ -194,8 +204,9 @@ def test_the_safety_limit_grows_on_a_machine_too_slow_for_it(make_variant):
     from pipeline.sweep.trial import TrialSpec
 
     variants = [replace(make_variant("additive", max_steps=9000), id=f"v{i}") for i in (1, 2)]
-    specs = {v.id: TrialSpec(v, "hash", TaskResources(), trial_timeout_minutes=60)
-             for v in variants}  # fmt: skip
+    specs = {
+        v.id: TrialSpec(v, "hash", TaskResources(), trial_timeout_minutes=60) for v in variants
+    }
     fast = [FamilyCheck("v1", ("v1", "v2"), "fp32", 0.1)]  # 9000 steps: 18.75 min
     slow = [FamilyCheck("v1", ("v1", "v2"), "fp32", 0.5)]  # 93.75 min
     assert estimate(variants, slow, 2).longest_minutes == pytest.approx(

@@ -79,11 +79,13 @@ CUDA_LOG_FILES = ("tests/unit/test_cuda.py", "tests/unit/test_models.py")
 @cache
 def collected(*files: str) -> int:
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         *files],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
         env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
-    ).stdout  # fmt: skip
+    ).stdout
     return sum(1 for line in out.splitlines() if "::" in line)
 
 
@@ -240,7 +242,7 @@ FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
     "torch": (
         r"admits torch (2\.\d+)-(2\.\d+); the committed study ran on torch ([\d.]+)\.",
         torch_versions,
-    ),  # fmt: skip
+    ),
     "subword pieces": (r"([\d,]+) pieces per language", pieces),
     "the default study on an AVX2-only CPU": (
         r"That is a (\d+)-core AMD EPYC with only\. The earlier (\d+)-variant design's "

@@ -17,8 +17,13 @@ class Clock:
 
 def test_a_shortage_is_reported_once_it_lasts_the_bound_and_forgiven_when_it_ends(caplog):
     clock, shortage = Clock(), {"now": "CPU: 1 per trial, the cluster has 0"}
-    watch = ResourceWatch(TaskResources(cpus=1), minutes=2, what="trial", clock=clock,
-                          probe=lambda resources: shortage["now"])  # fmt: skip
+    watch = ResourceWatch(
+        TaskResources(cpus=1),
+        minutes=2,
+        what="trial",
+        clock=clock,
+        probe=lambda resources: shortage["now"],
+    )
     with caplog.at_level(logging.WARNING):
         assert watch.poll() is None  # the shortage starts: a warning, no verdict
         clock.now = 119

@@ -16,8 +16,9 @@ def test_fits_recover_the_per_step_per_token_and_per_position_costs():
     padded position. The two-column fit finds all three; the tokens-only fit folds the
     positions into its intercept and slope and says so with an R^2 below 1."""
     shapes = [(250, 30), (500, 62), (1000, 55), (2000, 70), (3000, 48), (700, 90)]
-    samples = [{"seconds": (40 + 0.1 * n + 0.5 * p) / 1e3, "tokens": n, "positions": p}
-               for n, p in shapes]  # fmt: skip
+    samples = [
+        {"seconds": (40 + 0.1 * n + 0.5 * p) / 1e3, "tokens": n, "positions": p} for n, p in shapes
+    ]
     both = fit(samples, ["tokens", "positions"])
     assert both["intercept_ms"] == pytest.approx(40, abs=1e-6)
     assert both["ms_per_tokens"] == pytest.approx(0.1, abs=1e-9)
@@ -38,10 +39,31 @@ def threads():
 def test_a_small_run_writes_both_files_with_every_size(tmp_path, threads):
     """A real (tiny) run: random ids, a 16-unit model, two sizes, two rounds."""
     out = tmp_path / "out"
-    main(["--wirings", "luong", "--cells", "lstm", "--sizes", "60", "120", "--rounds", "2",
-          "--warmup", "1", "--hidden-size", "16", "--precision", "fp32",
-          "--ceiling-seconds", "0.05", "--tok-dir", str(tmp_path / "none"),
-          "--out", str(out)])  # fmt: skip
+    main(
+        [
+            "--wirings",
+            "luong",
+            "--cells",
+            "lstm",
+            "--sizes",
+            "60",
+            "120",
+            "--rounds",
+            "2",
+            "--warmup",
+            "1",
+            "--hidden-size",
+            "16",
+            "--precision",
+            "fp32",
+            "--ceiling-seconds",
+            "0.05",
+            "--tok-dir",
+            str(tmp_path / "none"),
+            "--out",
+            str(out),
+        ]
+    )
     results = json.loads((out / "step_overhead.json").read_text())
     (run,) = results["runs"]
     assert [r["size"] for r in run["rows"]] == [60, 120] and run["cell"] == "lstm"
@@ -58,13 +80,16 @@ def test_a_small_run_writes_both_files_with_every_size(tmp_path, threads):
     assert "Other processes' load" not in render(results)
 
 
-@pytest.mark.parametrize("bad", [
-    ["--sizes", "0", "500"],  # not positive
-    ["--sizes", "500"],  # one size: nothing to fit
-    ["--sizes", "500", "500"],  # the same size twice
-    ["--rounds", "1"],
-    ["--warmup", "-1"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--sizes", "0", "500"],  # not positive
+        ["--sizes", "500"],  # one size: nothing to fit
+        ["--sizes", "500", "500"],  # the same size twice
+        ["--rounds", "1"],
+        ["--warmup", "-1"],
+    ],
+)
 def test_bad_options_exit_before_any_timing(bad, tmp_path):
     with pytest.raises(SystemExit) as exited:
         main([*bad, "--out", str(tmp_path)])

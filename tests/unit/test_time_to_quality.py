@@ -52,8 +52,9 @@ def test_trend_equals_first_crossing_on_a_rising_curve():
 
 def test_speedup_brackets_the_true_crossings():
     peer = _curve([1.0, 5.0, 7.0, 9.0])  # reaches 8 at minute 4, after 3
-    ours = [{"minutes": m, "dev_bleu": b}
-            for m, b in [(0.5, 6.0), (1.0, 8.5), (1.5, 7.0), (2.0, 9.0)]]  # fmt: skip
+    ours = [
+        {"minutes": m, "dev_bleu": b} for m, b in [(0.5, 6.0), (1.0, 8.5), (1.5, 7.0), (2.0, 9.0)]
+    ]
     ratio = speedup(peer, ours, 8.0)
     assert ratio["at_points"] == 4.0
     assert (ratio["low"], ratio["high"]) == (3.0, 8.0)
@@ -68,8 +69,14 @@ def test_probes_leave_training_unchanged_and_print_a_finer_curve(
 ):
     """A probe only measures: same history and weights as without it, its rows on stdout."""
     model = tiny_model_config(scorer="additive", dropout=0.1)
-    config = TrainConfig(batch_tokens=60, learning_rate=0.01, max_epochs=2, patience=5,
-                         eval_every_steps=4, dev_bleu_sentences=8)  # fmt: skip
+    config = TrainConfig(
+        batch_tokens=60,
+        learning_rate=0.01,
+        max_epochs=2,
+        patience=5,
+        eval_every_steps=4,
+        dev_bleu_sentences=8,
+    )
     variant = Variant("additive-fwd-h32-s1", model, config, {"scorer": "additive"})
     plain = train_variant(variant, tiny_tok_dir, tmp_path / "plain")
     capsys.readouterr()
@@ -88,12 +95,12 @@ def test_probes_leave_training_unchanged_and_print_a_finer_curve(
     assert all(torch.equal(first[k], second[k]) for k in first)
 
 
-def test_probe_time_is_off_the_trainer_clock(tiny_tok_dir, tiny_model_config, tmp_path, capsys,
-                                             monkeypatch):  # fmt: skip
+def test_probe_time_is_off_the_trainer_clock(
+    tiny_tok_dir, tiny_model_config, tmp_path, capsys, monkeypatch
+):
     """The run's wall time (and so its time budget) leaves out what the probes took."""
     model = tiny_model_config(scorer="dot", dropout=0.0)
-    config = TrainConfig(batch_tokens=60, max_epochs=1, eval_every_steps=0,
-                         dev_bleu_sentences=4)  # fmt: skip
+    config = TrainConfig(batch_tokens=60, max_epochs=1, eval_every_steps=0, dev_bleu_sentences=4)
     variant = Variant("dot-fwd-h32-s1", model, config, {"scorer": "dot"})
     real_bleu = training.dev_bleu
     probe_seconds = 0.3
@@ -118,19 +125,28 @@ def test_a_failed_run_is_recorded_and_its_partner_kept(tmp_path):
     """A run without a curve (here the peer, exiting at once) is reported with its error;
     the run beside it keeps its curve, and the table shows both."""
     row = {"wall_time": 90.0, "epoch": 1, "step": 250, "dev_bleu": 18.5, "tokens_per_s": 6000.0}
-    ours = {"name": "additive-defaults", "kind": "ours", "command": [
-        sys.executable, "-c", f"print({json.dumps(json.dumps({'row': row}))})"]}  # fmt: skip
-    peer = {"name": "joeynmt", "kind": "peer", "out": tmp_path / "joeynmt", "command": [
-        sys.executable, "-c", "import sys; sys.exit('data/raw/train.tsv: missing')"]}  # fmt: skip
+    ours = {
+        "name": "additive-defaults",
+        "kind": "ours",
+        "command": [sys.executable, "-c", f"print({json.dumps(json.dumps({'row': row}))})"],
+    }
+    peer = {
+        "name": "joeynmt",
+        "kind": "peer",
+        "out": tmp_path / "joeynmt",
+        "command": [sys.executable, "-c", "import sys; sys.exit('data/raw/train.tsv: missing')"],
+    }
     _run_pair([ours, peer])
-    assert ours["curve"] == [{"minutes": 1.5, "epoch": 1, "step": 250, "dev_bleu": 18.5,
-                              "tokens_per_s": 6000.0}]  # fmt: skip
+    assert ours["curve"] == [
+        {"minutes": 1.5, "epoch": 1, "step": 250, "dev_bleu": 18.5, "tokens_per_s": 6000.0}
+    ]
     assert "error" not in ours
     assert peer["curve"] == [] and "data/raw/train.tsv: missing" in peer["error"]
     runs = [ours, peer]
     summarize(runs, {"additive": 17.82, "none": 2.33})
     assert ours["minutes_to_target"] == 1.5 and "peer_speedup_bleu8" not in ours
-    table = render({"date": "d", "cpu": "c", "minutes_per_run": 1, "other_load_before": 0.0,
-                    "runs": runs})  # fmt: skip
+    table = render(
+        {"date": "d", "cpu": "c", "minutes_per_run": 1, "other_load_before": 0.0, "runs": runs}
+    )
     assert "| additive-defaults | 17.82 | 1.5 |" in table
     assert "| joeynmt | failed: no dev evaluation (exit 1): data/raw/train.tsv: missing" in table

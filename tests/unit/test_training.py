@@ -62,8 +62,11 @@ def test_outputs_and_result(make_variant, tiny_tok_dir, tmp_path):
     )
     assert loaded.extra["epoch"] == result.best_epoch and loaded.variant_id == result.variant_id
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "checkpoint.pt", "config.json", "history.csv", "last.pt"
-    ]  # fmt: skip
+        "checkpoint.pt",
+        "config.json",
+        "history.csv",
+        "last.pt",
+    ]
 
 
 def test_same_seed_gives_identical_history_and_weights(make_variant, tiny_tok_dir, tmp_path):
@@ -208,8 +211,9 @@ def test_a_slow_machine_trains_the_same_steps_and_weights(make_variant, tiny_tok
     every step) stops at the same step, by the same rule, with the same weights."""
     import time
 
-    variant = make_variant("general", max_epochs=50, eval_every_steps=2, patience=2,
-                           min_delta=0.05, max_steps=40)  # fmt: skip
+    variant = make_variant(
+        "general", max_epochs=50, eval_every_steps=2, patience=2, min_delta=0.05, max_steps=40
+    )
     slept = []
 
     def slow_down(step: int) -> None:
@@ -231,8 +235,9 @@ def test_learning_rate_floor_counts_as_a_plateau(make_variant, tiny_tok_dir, tmp
     plateaued, before ``patience`` runs out."""
     losses = iter([2.0, 1.0, 1.5, 1.4, 1.3, 1.2, 1.1, 0.5])
     monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
-    variant = make_variant(max_epochs=10, patience=5, lr_patience=0, lr_decay=0.5,
-                           min_learning_rate=0.003)  # fmt: skip
+    variant = make_variant(
+        max_epochs=10, patience=5, lr_patience=0, lr_decay=0.5, min_learning_rate=0.003
+    )
     result = train_variant(variant, tiny_tok_dir, tmp_path)
     # lr 0.01 -> 0.005 (epoch 3 bad) -> 0.0025 (epoch 4 bad) < 0.003: stop after epoch 4
     assert result.stop_reason == "early_stopping" and result.plateaued
@@ -357,8 +362,14 @@ def test_a_rising_dev_bleu_keeps_a_flat_loss_variant_training(
     scores = iter([1.0, 3.0, 5.0, 7.0, 7.2, 7.1, 7.3, 7.0])
     monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
     monkeypatch.setattr(training, "dev_bleu", lambda *args, **kwargs: next(scores))
-    variant = make_variant(max_epochs=10, eval_every_steps=1, patience=2, min_delta=0.01,
-                           lr_decay=1.0, bleu_progress_delta=bleu_delta)  # fmt: skip
+    variant = make_variant(
+        max_epochs=10,
+        eval_every_steps=1,
+        patience=2,
+        min_delta=0.01,
+        lr_decay=1.0,
+        bleu_progress_delta=bleu_delta,
+    )
     result = train_variant(variant, tiny_tok_dir, tmp_path)
     assert result.plateaued and result.evaluations == evaluations
     if bleu_delta is not None:  # the fourth evaluation (BLEU 7.0) was the last gain
@@ -430,8 +441,12 @@ def test_output_bias_initialisation_follows_the_config(
     output_bias, make_variant, tiny_tok_dir, tmp_path
 ):
     variant = make_variant()
-    variant = Variant(variant.id, variant.model.model_copy(update={"output_bias": output_bias}),
-                      variant.train, variant.axes)  # fmt: skip
+    variant = Variant(
+        variant.id,
+        variant.model.model_copy(update={"output_bias": output_bias}),
+        variant.train,
+        variant.axes,
+    )
     data = TokenizedData.load(tiny_tok_dir)
     trainer = training.Trainer(variant, data, tmp_path, (), "cpu")
     bias = trainer.model.generator.bias.detach().double()

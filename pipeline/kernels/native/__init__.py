@@ -115,8 +115,11 @@ def _build(name: str, source: Path) -> ModuleType | None:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         logger.warning(
             "compiled %s kernel unavailable (%s); using the torch implementation "
-            "(%s=off skips the build)", name, first[:300], ENV_SWITCH,
-        )  # fmt: skip
+            "(%s=off skips the build)",
+            name,
+            first[:300],
+            ENV_SWITCH,
+        )
         return None
     logger.info("compiled %s kernel loaded from %s", name, folder)
     return module
@@ -135,8 +138,9 @@ def _build_lock(folder: Path, timeout: float | None = None):
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        logger.info("waiting for another process's kernel build in %s (at most %.0f s)",
-                    folder, timeout)  # fmt: skip
+        logger.info(
+            "waiting for another process's kernel build in %s (at most %.0f s)", folder, timeout
+        )
         try:
             lock.acquire(timeout=timeout)
         except Timeout:
@@ -147,8 +151,10 @@ def _build_lock(folder: Path, timeout: float | None = None):
     try:
         stale = folder / TORCH_LOCK
         if stale.exists():
-            logger.warning("%s: a build lock left by a process that is gone (killed during "
-                           "a build); removed", stale)  # fmt: skip
+            logger.warning(
+                "%s: a build lock left by a process that is gone (killed during a build); removed",
+                stale,
+            )
             stale.unlink(missing_ok=True)
         yield
     finally:
@@ -159,9 +165,13 @@ def _build_folder(name: str, source: Path) -> Path:
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     base = Path(root) if root else Path.home() / ".cache" / "attention-study" / "kernels"
     identity = hashlib.sha256()
-    for part in (source.read_bytes(), " ".join(CFLAGS).encode(), torch.__version__.encode(),
-                 str(Path(torch.__file__).parent).encode(),  # its headers: one build per venv
-                 _cpu_identity().encode()):  # fmt: skip
+    for part in (
+        source.read_bytes(),
+        " ".join(CFLAGS).encode(),
+        torch.__version__.encode(),
+        str(Path(torch.__file__).parent).encode(),  # its headers: one build per venv
+        _cpu_identity().encode(),
+    ):
         identity.update(part)
         identity.update(b"\0")
     return base / f"{name}-{identity.hexdigest()[:16]}"
