@@ -41,7 +41,7 @@ from pipeline.scorers.plugins import PluginSource, load_plugins
 from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.train.preflight import Estimate, PreflightError, check_training, estimate
 from pipeline.train.probes import dev_attention_figure
-from pipeline.train.trainer import TimeLimit, TrainCallback, train_variant
+from pipeline.train.trainer import TrainCallback, train_variant
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +84,31 @@ class _StepCount(TrainCallback):
         self.count += 1
 
 
+class TrainingTimeoutError(RuntimeError):
+    """A variant ran past its safety time limit: it failed (its steps are not a budget)."""
+
+
+class SafetyTimeout(TrainCallback):
+    """The study's safety net against a hanging trial (``ray.trial_timeout_minutes``):
+    raises :class:`TrainingTimeoutError` once the variant's training time, across
+    resumes, passes ``minutes``, so the variant is marked failed and never compared."""
+
+    def __init__(self, variant_id: str, minutes: float):
+        self.variant_id, self.minutes = variant_id, minutes
+        self.start: float | None = None
+        self.before = 0.0  # seconds trained by the attempts this one resumed
+
+    def on_step(self, trainer, step: int) -> None:
+        if self.start is None:
+            self.start, self.before = time.perf_counter(), trainer.progress.wall_time
+        if self.before + time.perf_counter() - self.start >= 60 * self.minutes:
+            raise TrainingTimeoutError(
+                f"variant {self.variant_id}: still training after {self.minutes:.1f} minutes "
+                f"(step {step}), past the safety limit (infra.yaml "
+                "ray.trial_timeout_minutes); marked failed"
+            )
+
+
 def report(row: dict[str, Any], scratch: Path) -> None:
     tune.report(row, checkpoint=tune.Checkpoint.from_directory(str(scratch)))
 
@@ -110,15 +135,12 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
                 return
         timeout = spec.trial_timeout_minutes
         steps = _StepCount()
+        callbacks = [_TuneReport(scratch), steps]
+        if timeout:
+            callbacks.append(SafetyTimeout(spec.variant.id, timeout))
         try:
             result = train_variant(
-                spec.variant,
-                data,
-                scratch,
-                callbacks=[_TuneReport(scratch), steps],
-                device=device,
-                resume=True,
-                time_limit=TimeLimit(60 * timeout, fail=True) if timeout else None,
+                spec.variant, data, scratch, callbacks=callbacks, device=device, resume=True
             )
         except Exception as err:
             if steps.count or checkpoint is not None:

@@ -22,14 +22,15 @@ variant trains the same steps to the same weights on a fast or a slow machine:
   evaluations, or once the decays take the learning rate below ``min_learning_rate``;
 - ``max_steps`` is a cap: a variant stopped by it has not plateaued and is flagged.
 
-A wall-clock :class:`TimeLimit` exists only as a safety net (a trial that hangs fails) and
-for benchmarks that measure time to quality. The caller sets torch's threads and the
-process-wide settings (:func:`pipeline.runtime.process.prepare_process`).
+Anything measured in seconds is a callback's business, not the trainer's: the sweep's
+safety net against a hanging trial and a benchmark's time budget are
+:class:`TrainCallback` objects that raise, or call :meth:`Trainer.stop`. The caller sets
+torch's threads and the process-wide settings
+(:func:`pipeline.runtime.process.prepare_process`).
 
 Code outside this package observes a run through :class:`TrainCallback` (after each
-optimizer step, after each dev evaluation) and the public methods of :class:`Trainer`
-(:meth:`Trainer.dev_bleu`, :meth:`Trainer.off_the_clock`); it never subclasses or
-patches the trainer.
+optimizer step, after each dev evaluation) and ends one early with :meth:`Trainer.stop`;
+it never subclasses or patches the trainer.
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -143,21 +143,6 @@ class TrainingDivergedError(RuntimeError):
     """The loss or the gradient became NaN/inf; no checkpoint was written for it."""
 
 
-class TrainingTimeoutError(RuntimeError):
-    """A variant ran past its safety time limit: it failed (its steps are not a budget)."""
-
-
-@dataclass(frozen=True)
-class TimeLimit:
-    """Wall-clock limit of one training run, checked after every step. ``fail``: raise
-    :class:`TrainingTimeoutError` (the study's safety net: the variant is marked failed,
-    never compared); otherwise stop with stop reason ``time_limit`` (benchmarks that
-    measure quality against time). Not a study budget: the study's budgets are steps."""
-
-    seconds: float
-    fail: bool = True
-
-
 @dataclass
 class TrainResult:
     variant_id: str
@@ -171,7 +156,7 @@ class TrainResult:
     tokens_per_s: float  # real target tokens per second of training steps
     parameter_count: int
     precision: str  # resolved train.precision: fp32 | bf16
-    stop_reason: str  # early_stopping (plateau) | max_steps (the cap) | max_epochs | time_limit
+    stop_reason: str  # early_stopping (plateau) | max_steps (the cap) | max_epochs | a callback's
     history: list[dict[str, float]]
     resumed_at_step: int = 0  # step of the resume state this run continued from (0: none)
     evaluations: int = 0  # dev evaluations (rows of the history)
@@ -327,11 +312,9 @@ def train_variant(
     callbacks: Sequence[TrainCallback] = (),
     device: str | torch.device = "cpu",
     resume: bool = True,
-    time_limit: TimeLimit | None = None,
 ) -> TrainResult:
     """Train ``variant`` on ``data`` (or the ``data/tok`` folder it names) into ``out_dir``,
-    calling ``callbacks`` (:class:`TrainCallback`) as it goes; ``time_limit``: see
-    :class:`TimeLimit`."""
+    calling ``callbacks`` (:class:`TrainCallback`) as it goes."""
     energy_kernel = "unused"
     if variant.model.scorer == "additive" and torch.device(device).type == "cpu":
         # built before the clock (once a machine; prepare_process(kernels=True) builds it
@@ -342,7 +325,7 @@ def train_variant(
     out_dir.mkdir(parents=True, exist_ok=True)
     if not isinstance(data, TokenizedData):
         data = TokenizedData.load(data)
-    trainer = Trainer(variant, data, out_dir, callbacks, device, time_limit)
+    trainer = Trainer(variant, data, out_dir, callbacks, device)
     if not (resume and trainer.restore()):
         write_json(
             VariantFiles(out_dir).config,
@@ -459,7 +442,7 @@ class _DevSet:
         return {"dev_loss": loss, "dev_bleu": self.bleu(model, device, precision)}
 
     def bleu(self, model: Seq2Seq, device, precision: str) -> float:
-        """The dev BLEU of an evaluation (also what the time-to-quality benchmark probes)."""
+        """The dev BLEU of an evaluation."""
         return dev_bleu(
             model,
             self.bleu_split,
@@ -482,7 +465,6 @@ class Trainer:
         out_dir: Path,
         callbacks: Sequence[TrainCallback] = (),
         device: str | torch.device = "cpu",
-        time_limit: TimeLimit | None = None,
     ):
         self.variant, self.cfg, self.files = variant, variant.train, VariantFiles(out_dir)
         self.callbacks, self.device = tuple(callbacks), device
@@ -505,7 +487,6 @@ class Trainer:
         self.progress = Progress()
         self._wall_base, self._session_start = 0.0, time.perf_counter()
         self.resumed_at_step = 0
-        self.time_limit = time_limit
 
     # ------------------------------------------------------------------ training
     def run(self) -> None:
@@ -585,18 +566,11 @@ class Trainer:
         self.progress.count(loss_sum=math.fsum(values[0]))
 
     def _budget_spent(self) -> bool:
-        """The step cap (counted, so the same on every machine), then the safety limit."""
-        p, cfg, limit = self.progress, self.cfg, self.time_limit
-        if cfg.max_steps and p.step >= cfg.max_steps:
+        """A callback's :meth:`stop`, or the step cap (counted, so the same on every
+        machine)."""
+        p, cap = self.progress, self.cfg.max_steps
+        if not p.stop_reason and cap and p.step >= cap:
             p.stop_reason = "max_steps"
-        elif limit is not None and self._wall_time() >= limit.seconds:
-            if limit.fail:
-                raise TrainingTimeoutError(
-                    f"variant {self.variant.id}: still training after {limit.seconds / 60:.1f} "
-                    f"minutes (step {p.step}), past the safety limit (infra.yaml "
-                    "ray.trial_timeout_minutes); marked failed"
-                )
-            p.stop_reason = "time_limit"
         return bool(p.stop_reason)
 
     # ------------------------------------------------------------------ evaluation
@@ -740,26 +714,12 @@ class Trainer:
         return True
 
     # ------------------------------------------------------------------ for callbacks
-    def dev_bleu(self) -> float:
-        """Greedy dev BLEU of the evaluated model now (the evaluations' measure), for a
-        probe; it feeds nothing back into training and draws no random numbers."""
-        return self.dev.bleu(self._evaluated_model(), self.device, self.precision)
-
-    @contextmanager
-    def off_the_clock(self) -> Iterator[None]:
-        """Time spent inside is not training time: the wall time, and so a
-        :class:`TimeLimit`, run as without it (queued GPU steps stay on the clock)."""
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize(self.device)
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._session_start += time.perf_counter() - start
-
-    def wall_time(self) -> float:
-        """Seconds of training so far (across resumes)."""
-        return self._wall_time()
+    def stop(self, reason: str) -> None:
+        """End training after the current step with stop reason ``reason`` (a callback's
+        budget, e.g. a benchmark's time limit): one final evaluation follows, and the
+        variant counts as not plateaued."""
+        if not self.progress.stop_reason:
+            self.progress.stop_reason = reason
 
     # ------------------------------------------------------------------ helpers
     def _make_ema(self) -> AveragedModel | None:

@@ -194,16 +194,26 @@ def test_result_names_the_energy_implementation_that_trained(
 def test_safety_time_limit_fails_the_variant(make_variant, tiny_tok_dir, tmp_path):
     """The study's wall-clock limit is a safety net: past it the variant fails (its steps
     are never a budget), with a message naming the variant and the infra key."""
-    limit = training.TimeLimit(seconds=1e-9, fail=True)
-    with pytest.raises(training.TrainingTimeoutError, match="additive-rev-h32-s1: .*safety"):
-        train_variant(make_variant(), tiny_tok_dir, tmp_path, time_limit=limit)
+    from pipeline.sweep.trial import SafetyTimeout, TrainingTimeoutError
+
+    limit = SafetyTimeout("additive-rev-h32-s1", minutes=1e-9)
+    with pytest.raises(TrainingTimeoutError, match="additive-rev-h32-s1: .*safety"):
+        train_variant(make_variant(), tiny_tok_dir, tmp_path, callbacks=[limit])
 
 
-def test_benchmark_time_limit_stops_with_its_own_reason(make_variant, tiny_tok_dir, tmp_path):
-    limit = training.TimeLimit(seconds=1e-9, fail=False)
-    result = train_variant(make_variant(), tiny_tok_dir, tmp_path, time_limit=limit)
-    assert result.stop_reason == "time_limit" and result.steps == 1 and not result.plateaued
-    assert (tmp_path / "checkpoint.pt").exists()
+def test_a_callback_stops_training_with_its_own_reason(make_variant, tiny_tok_dir, tmp_path):
+    """A callback's budget (a benchmark's time limit) ends training after the step it
+    stops at, with one final evaluation and its own stop reason, not plateaued."""
+
+    class StopAtThree(training.TrainCallback):
+        def on_step(self, trainer, step):
+            if step == 3:
+                trainer.stop("time_limit")
+
+    stopper = StopAtThree()
+    result = train_variant(make_variant(), tiny_tok_dir, tmp_path, callbacks=[stopper])
+    assert result.stop_reason == "time_limit" and result.steps == 3 and not result.plateaued
+    assert result.history[-1]["step"] == 3 and (tmp_path / "checkpoint.pt").exists()
 
 
 def test_a_slow_machine_trains_the_same_steps_and_weights(make_variant, tiny_tok_dir, tmp_path):
