@@ -1,19 +1,26 @@
-"""The names of the files the stages exchange, in one place.
+"""What the stages exchange, in one place: the files' names and the records they hold.
 
 ``models/<variant>/`` (written by the train stage's driver from the trial's last Tune
 checkpoint), ``eval/<variant>/`` (written by the evaluate stage's driver from what its
 decode tasks return), and the sweep's own files under ``models/``.
+
+The records between stages are typed here and written and read only through here:
+:class:`SweepRecord` (``models/sweep.json``: one :class:`VariantRecord` per variant of
+the grid) and :class:`EvaluationSummary` (``eval/summary.json``). A variant's status has
+one vocabulary, :data:`FINISHED` or :data:`FAILED`; how a finished variant got there
+(trained now, or taken from the variant cache) is the run log's ``source``, not a status.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pipeline.io import sha256_file, write_bytes
+from pipeline.errors import StageError
+from pipeline.io import sha256_file, write_bytes, write_json
 
 SWEEP_FILE = "sweep.json"
 """``models/sweep.json``: status, config hash and training summary of every variant
@@ -182,3 +189,189 @@ class EvalFiles:
     @property
     def decode(self) -> Path:
         return self.folder / self.DECODE
+
+
+# ----------------------------------------------------------------------- records
+Status = Literal["finished", "failed"]
+FINISHED: Status = "finished"
+FAILED: Status = "failed"
+
+
+class RecordError(StageError):
+    """A stage's input record is missing or malformed (the message names the file)."""
+
+
+def read_record(path: Path, made_by: str) -> dict[str, Any]:
+    """The JSON object in ``path``; a missing or unreadable file is a :class:`RecordError`
+    naming the file and the command that makes it (``made_by``)."""
+    if not path.is_file():
+        raise RecordError(f"{path}: not found (run `{made_by}`)")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise RecordError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: not a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class VariantRecord:
+    """One variant of the grid as the train stage left it: what it is (its config and
+    the hash that identifies it), its status and, once finished, its training summary
+    (the trainer's ``TrainResult`` without the history, plus the device and node)."""
+
+    id: str
+    status: Status
+    config_hash: str
+    axes: dict[str, Any]
+    model: dict[str, Any]  # ModelConfig's fields
+    train: dict[str, Any]  # TrainConfig's fields, the grid's own settings left out
+    summary: dict[str, Any] = field(default_factory=dict)  # empty when failed
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+    @property
+    def scorer(self) -> str:
+        return self.model["scorer"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.train["seed"])
+
+    @property
+    def steps(self) -> int | None:
+        return self.summary.get("steps")
+
+    @property
+    def stop_reason(self) -> str:
+        return self.summary.get("stop_reason", "")
+
+    @property
+    def plateaued(self) -> bool:
+        """Stopped by the plateau rule, as the trainer recorded it (a variant stopped by
+        a budget, the step cap or a callback, has not shown that its dev metric stopped
+        improving)."""
+        return bool(self.summary.get("plateaued", False))
+
+    @property
+    def best_dev_bleu(self) -> float:
+        value = self.summary.get("best_dev_bleu")
+        return float("nan") if value is None else float(value)
+
+    def value(self, key: str) -> Any:
+        """The variant's value of a grid axis or config key (its axes first)."""
+        if key in self.axes:
+            return self.axes[key]
+        return self.model[key] if key in self.model else self.train.get(key)
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting, flattened as MLflow's params name them (``model.scorer``)."""
+        flat = {f"model.{k}": v for k, v in self.model.items()}
+        flat.update({f"train.{k}": v for k, v in self.train.items()})
+        return flat
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "config_hash": self.config_hash,
+            "error": self.error,
+            **self.summary,
+            "axes": self.axes,
+            "model": self.model,
+            "train": self.train,
+        }
+
+    @classmethod
+    def from_json(cls, variant_id: str, data: Mapping[str, Any]) -> VariantRecord:
+        known = {"status", "config_hash", "error", "axes", "model", "train"}
+        status = data["status"]
+        if status not in (FINISHED, FAILED):
+            raise KeyError(f"status {status!r}")
+        return cls(
+            variant_id,
+            status,
+            data["config_hash"],
+            dict(data["axes"]),
+            dict(data["model"]),
+            dict(data["train"]),
+            {k: v for k, v in data.items() if k not in known},
+            data.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """``models/sweep.json``: every variant of the grid (:class:`VariantRecord`) and the
+    hash of the data they trained on; nothing about the run that made them, so a rerun
+    that trains nothing rewrites it byte for byte."""
+
+    data_hash: str
+    variants: dict[str, VariantRecord]
+
+    @property
+    def finished(self) -> dict[str, VariantRecord]:
+        return {i: v for i, v in self.variants.items() if v.finished}
+
+    @property
+    def failed(self) -> dict[str, VariantRecord]:
+        return {i: v for i, v in self.variants.items() if not v.finished}
+
+    def write(self, models_dir: Path) -> None:
+        variants = {i: v.to_json() for i, v in self.variants.items()}
+        write_json(models_dir / SWEEP_FILE, {"data_hash": self.data_hash, "variants": variants})
+
+    @classmethod
+    def load(cls, models_dir: Path) -> SweepRecord:
+        path = models_dir / SWEEP_FILE
+        data = read_record(path, "dvc repro train")
+        try:
+            variants = {i: VariantRecord.from_json(i, v) for i, v in data["variants"].items()}
+            return cls(data["data_hash"], variants)
+        except (KeyError, TypeError, AttributeError) as err:
+            raise RecordError(f"{path}: not a sweep record (missing or bad {err})") from None
+
+
+@dataclass(frozen=True)
+class EvaluationSummary:
+    """``eval/summary.json``: each evaluated variant's headline test numbers, the variants
+    not evaluated (failed in training), the sacreBLEU signature, the attention examples'
+    sentence ids, each variant's decoding precision, the evaluation's key and the
+    headline in words."""
+
+    eval_key: str
+    variants: dict[str, dict[str, float]]
+    failed_variants: list[str]
+    signature: str
+    attention_examples: list[int]
+    decode_precision: dict[str, str | None]
+    headline: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "eval_key": self.eval_key,
+            "variants": self.variants,
+            "failed_variants": self.failed_variants,
+            "signature": self.signature,
+            "attention_examples": self.attention_examples,
+            "decode_precision": self.decode_precision,
+            "headline": self.headline,
+        }
+
+    def write(self, eval_dir: Path) -> None:
+        write_json(eval_dir / EVAL_SUMMARY, self.to_json())
+
+    @classmethod
+    def load(cls, eval_dir: Path) -> EvaluationSummary:
+        path = eval_dir / EVAL_SUMMARY
+        data = read_record(path, "dvc repro evaluate")
+        try:
+            return cls(
+                **{k: data[k] for k in cls.__dataclass_fields__ if k != "headline"},
+                headline=data.get("headline", {}),
+            )
+        except (KeyError, TypeError) as err:
+            raise RecordError(f"{path}: not an evaluation summary (missing {err})") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from pipeline.evaluate.data import EvaluatePaths
 from pipeline.evaluate.stage import evaluate
 from stages._cli import REPO_ROOT, infra, parser, run
 
@@ -12,8 +13,8 @@ logger = logging.getLogger("stages.evaluate")
 
 def main(args, config) -> None:
     names = (args.tok, args.raw, args.models, args.out, args.metrics)
-    paths = [(REPO_ROOT / p).resolve() for p in names]
-    summary = evaluate(config, infra(args), *paths)
+    paths = EvaluatePaths(*((REPO_ROOT / p).resolve() for p in names))
+    summary = evaluate(config, infra(args), paths)
     words, numbers = summary["headline"], summary["numbers"]
     logger.info(
         "evaluated %d variants; best scorer (chosen on dev): %s, test BLEU %s inside the "

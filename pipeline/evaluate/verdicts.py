@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import COMPARISONS, FINDINGS, RANKING
+from pipeline.artifacts import COMPARISONS, FINDINGS, RANKING, VariantRecord
 from pipeline.config.params import Config
+from pipeline.evaluate.data import Scores, TestSet
 from pipeline.evaluate.metrics import Buckets
 from pipeline.io import atomic_path, write_json
 from pipeline.study.declarations import PILOT
@@ -114,27 +115,22 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def variant_table(sweep: dict[str, Any], trained: dict[str, dict]) -> pd.DataFrame:
+def variant_table(variants: dict[str, VariantRecord]) -> pd.DataFrame:
     """One row per evaluated variant: the compared axes, plateaued, best dev BLEU, and
     ``rest`` (every other setting, so only twins are compared)."""
     rows = []
-    for variant_id in trained:
-        info = sweep["variants"][variant_id]
-        model, train = info.get("model", {}), info.get("train", {})
-        settings = {
-            **{f"model.{k}": v for k, v in model.items()},
-            **{f"train.{k}": v for k, v in train.items()},
-        }
+    for variant_id, record in variants.items():
+        settings = record.settings()
         rest = {k: v for k, v in settings.items() if k.split(".", 1)[1] not in _COMPARED}
         rows.append(
             {
                 "variant": variant_id,
-                "scorer": model.get("scorer"),
-                "reverse_source": bool(model.get("reverse_source")),
-                "hidden_size": int(model.get("hidden_size")),
-                "seed": int(train.get("seed", 1)),
-                "plateaued": info.get("stop_reason") == "early_stopping",
-                "best_dev_bleu": float(info.get("best_dev_bleu", float("nan"))),
+                "scorer": record.scorer,
+                "reverse_source": bool(record.model.get("reverse_source")),
+                "hidden_size": int(record.model.get("hidden_size")),
+                "seed": record.seed,
+                "plateaued": record.plateaued,
+                "best_dev_bleu": record.best_dev_bleu,
                 "rest": json.dumps(rest, sort_keys=True, default=str),
             }
         )
@@ -160,19 +156,14 @@ def subsets(source_words: np.ndarray, buckets: Buckets, max_train_words: int | N
 
 
 def study_findings(
-    config: Config,
-    sweep: dict[str, Any],
-    trained: dict[str, dict],
-    stats: dict[str, dict[str, np.ndarray]],
-    source_words: np.ndarray,
-    buckets: Buckets,
-    main: str,
-    clusters: list[str] | None = None,
+    config: Config, variants: dict[str, VariantRecord], test: TestSet, scores: Scores
 ) -> StudyFindings:
-    """Findings, exploratory comparisons and ranking for each decoding in ``stats``.
-    ``clusters`` (a chapter per test sentence, when the corpus has them) make the
-    bootstrap draw whole chapters."""
-    table = variant_table(sweep, trained)
+    """Findings, exploratory comparisons and ranking for each decoding of ``scores``
+    over the evaluated ``variants``. The test set's clusters (a chapter per sentence,
+    when the corpus has them) make the bootstrap draw whole chapters."""
+    stats, main, clusters = scores.stats, scores.main, test.clusters
+    source_words, buckets = test.source_words, test.buckets
+    table = variant_table(variants)
     grid = Grid(table)
     reference, dev_means = choose_reference(grid)
     named, strata, _ = subsets(source_words, buckets, config.fetch.split.max_train_words)

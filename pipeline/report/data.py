@@ -17,28 +17,26 @@ from scipy import stats
 
 from pipeline.artifacts import (
     COMPARISONS,
-    EVAL_SUMMARY,
     FINDINGS,
     LEARNING_CURVES,
     RANKING,
-    SWEEP_FILE,
     EvalFiles,
+    EvaluationSummary,
+    RecordError,
+    SweepRecord,
+    VariantRecord,
+    read_record,
 )
 from pipeline.scorers import catalogue
 from pipeline.tracking.store import still_improving
 
 
-class ReportInputError(ValueError):
+class ReportInputError(RecordError):
     """A missing or malformed input of the report stage."""
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ReportInputError(f"{path}: not found (run `dvc repro evaluate`)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ReportInputError(f"{path}: not valid JSON ({err})") from None
+    return read_record(path, "dvc repro evaluate")
 
 
 @dataclass
@@ -46,8 +44,8 @@ class StudyData:
     table: pd.DataFrame  # one row per variant of the grid
     by_length: pd.DataFrame  # variant x bucket
     comparisons: pd.DataFrame  # eval/comparisons.csv: every contrast, every decoding
-    sweep: dict[str, Any]
-    evaluation: dict[str, Any]
+    sweep: SweepRecord
+    evaluation: EvaluationSummary
     corpus: dict[str, Any]
     eval_dir: Path
     curves: pd.DataFrame = None  # every dev evaluation of every variant (history rows)
@@ -73,8 +71,8 @@ class StudyData:
 
 
 def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
-    sweep = _read_json(models_dir / SWEEP_FILE)
-    evaluation = _read_json(eval_dir / EVAL_SUMMARY)
+    sweep = SweepRecord.load(models_dir)
+    evaluation = EvaluationSummary.load(eval_dir)
     corpus = _read_json(raw_dir / "corpus.json") if (raw_dir / "corpus.json").is_file() else {}
     findings = _read_json(eval_dir / FINDINGS)
     comparisons = _read_csv(eval_dir / COMPARISONS)
@@ -82,10 +80,10 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
     if len(ranking):
         ranking = ranking[ranking.decoding == findings["main_decoding"]].reset_index(drop=True)
     rows, curves = [], []
-    for variant_id, info in sweep["variants"].items():
-        row = _base_row(variant_id, info)
+    for variant_id, record in sweep.variants.items():
+        row = _base_row(record)
         metrics_file = EvalFiles(eval_dir / variant_id).metrics
-        if variant_id in evaluation["variants"] and metrics_file.is_file():
+        if variant_id in evaluation.variants and metrics_file.is_file():
             metrics = _read_json(metrics_file)
             row.update(_metric_columns(metrics), status="evaluated")
             curves += [{"variant": variant_id, **b} for b in metrics["by_length"]]
@@ -128,32 +126,31 @@ _COMPARED = ("scorer", "reverse_source", "hidden_size")
 """The grid axes the findings compare (with the seed): twins share every other setting."""
 
 
-def _base_row(variant_id: str, info: dict[str, Any]) -> dict[str, Any]:
-    model, train = info.get("model", {}), info.get("train", {})
-    seed = train.get("seed", info.get("axes", {}).get("seed", 1))
-    config = {k: v for k, v in {**model, **train}.items() if k != "seed"}
+def _base_row(record: VariantRecord) -> dict[str, Any]:
+    model, summary = record.model, record.summary
+    config = {k: v for k, v in {**model, **record.train}.items() if k != "seed"}
     rest = {k: v for k, v in config.items() if k not in _COMPARED}
     return {
-        "variant": variant_id,
-        "scorer": model.get("scorer"),
+        "variant": record.id,
+        "scorer": record.scorer,
         "reverse_source": bool(model.get("reverse_source")),
         "hidden_size": model.get("hidden_size"),
-        "seed": seed,
+        "seed": record.seed,
         "config": json.dumps(config, sort_keys=True),  # every setting but the seed
         "rest": json.dumps(rest, sort_keys=True, default=str),  # and but the compared axes
-        "baseline": model.get("baseline", "init_only") if model.get("scorer") == "none" else "",
-        "stop_reason": info.get("stop_reason", ""),
-        "plateaued": info.get("stop_reason") == "early_stopping",
-        "still_improving": bool(still_improving(info)) if "stop_reason" in info else False,
-        "best_dev_bleu": info.get("best_dev_bleu", np.nan),
-        "epochs_run": info.get("epochs_run", np.nan),
-        "steps": info.get("steps", np.nan),
-        "status": "failed" if info.get("status") == "failed" else "not evaluated",
-        "error": info.get("error") or "",
-        "parameters": info.get("parameter_count", np.nan),
-        "best_epoch": info.get("best_epoch", np.nan),
-        "train_minutes": info.get("wall_time_s", np.nan) / 60,
-        "tokens_per_s": info.get("tokens_per_s", np.nan),
+        "baseline": model.get("baseline", "init_only") if record.scorer == "none" else "",
+        "stop_reason": record.stop_reason,
+        "plateaued": record.plateaued,
+        "still_improving": record.finished and still_improving(summary),
+        "best_dev_bleu": record.best_dev_bleu,
+        "epochs_run": summary.get("epochs_run", np.nan),
+        "steps": summary.get("steps", np.nan),
+        "status": "failed" if not record.finished else "not evaluated",
+        "error": record.error or "",
+        "parameters": summary.get("parameter_count", np.nan),
+        "best_epoch": summary.get("best_epoch", np.nan),
+        "train_minutes": summary.get("wall_time_s", np.nan) / 60,
+        "tokens_per_s": summary.get("tokens_per_s", np.nan),
     }
 
 

@@ -63,7 +63,7 @@ def table_headers(cut: int | None) -> list[str]:
 def heatmap_panels(data: StudyData) -> tuple[list[dict], str]:
     """Panels for the longest attention example, at the largest hidden size: one per
     configuration (its lowest seed), titled by scorer and source order."""
-    examples = data.evaluation.get("attention_examples") or []
+    examples = data.evaluation.attention_examples
     table = data.first_seeds[data.first_seeds.scorer != "none"]  # one panel per configuration
     if not examples or table.empty:
         return [], ""
@@ -187,15 +187,15 @@ def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> 
     return {
         "git commit": commit_state(root),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "data hash (sha256 of data/tok)": data.sweep.get("data_hash", "unknown"),
+        "data hash (sha256 of data/tok)": data.sweep.data_hash or "unknown",
         "corpus": data.corpus.get("source", {}),
-        "sacreBLEU signature": data.evaluation.get("signature", "unknown"),
+        "sacreBLEU signature": data.evaluation.signature,
         "decoding": f"beam {config.evaluate.beam_size}, length penalty "
         f"{config.evaluate.length_penalty}; verdicts also under greedy decoding",
         "numerics": numerics(data.table),
         "machine": machine(),
         "MLflow": f"experiment {experiment!r}: evaluation and test runs tagged "
-        f"eval_key={data.evaluation.get('eval_key', 'unknown')}",
+        f"eval_key={data.evaluation.eval_key}",
     }
 
 
@@ -261,7 +261,7 @@ def build_report(
         }
         (tmp / "index.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "README.md").write_text(render_markdown(context), encoding="utf-8")
-    log_report(infra, data.evaluation.get("eval_key"), out_dir)
+    log_report(infra, data.evaluation.eval_key, out_dir)
     return {
         "variants": len(data.table),
         "evaluated": len(data.evaluated),

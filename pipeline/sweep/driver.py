@@ -37,12 +37,18 @@ from typing import Any
 
 from ray import tune
 
-from pipeline.artifacts import SWEEP_FILE, VariantFiles
+from pipeline.artifacts import (
+    FAILED,
+    FINISHED,
+    SWEEP_FILE,
+    SweepRecord,
+    VariantFiles,
+    VariantRecord,
+)
 from pipeline.config.grid import GRID_SETTINGS, Variant, expand_grid, select
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config
 from pipeline.data.dataset import TokenizedData
-from pipeline.io import write_json
 from pipeline.runtime.cluster import (
     ClusterError,
     TaskResources,
@@ -93,12 +99,35 @@ class SweepPaths:
 
 @dataclass
 class VariantOutcome:
-    id: str
-    status: str  # trained | cached | failed
-    config_hash: str
-    error: str | None = None
+    """What this run did with one variant: its record (status ``finished`` or
+    ``failed``), where a finished one came from (``source``: ``trained`` now or
+    ``cached``), and the attempts Tune made."""
+
+    record: VariantRecord
+    source: str | None = None  # trained | cached (None: failed)
     attempts: int = 0
-    summary: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        spec: TrialSpec,
+        source: str | None,
+        summary: dict[str, Any] | None = None,
+        error: str | None = None,
+        attempts: int = 0,
+    ) -> VariantOutcome:
+        variant = spec.variant
+        record = VariantRecord(
+            variant.id,
+            FINISHED if source else FAILED,
+            spec.config_hash,
+            variant.axes,
+            variant.model.model_dump(),
+            variant.train.model_dump(exclude=GRID_SETTINGS),
+            dict(summary or {}),
+            error,
+        )
+        return cls(record, source, attempts)
 
 
 # ----------------------------------------------------------------------- sweep
@@ -153,9 +182,36 @@ def _tune(
 
 def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dict:
     """Train every selected variant not already finished; write ``models/sweep.json``.
-    Returns the run log (``last_sweep.json``: counts, statuses, attempts, MLflow runs)."""
+    Returns the run log (``last_sweep.json``: counts, statuses, attempts, MLflow runs).
+
+    Four steps: plan (the variants and their keys), restore (finished ones from
+    ``models/`` or the variant cache), train (the rest, through Tune, tracked in MLflow),
+    record (``models/sweep.json`` and the run log)."""
     started = time.time()
     data = TokenizedData.load(paths.tok_dir)
+    specs = plan(config, infra, data, only)
+    outcomes = restore(specs, paths)
+    todo = {k: v for k, v in specs.items() if k not in outcomes}
+    logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
+    training = Training(config, infra, paths, data, specs) if todo else None
+    if training is not None:
+        outcomes.update(training.run(todo))
+    else:
+        _send_earlier_records(infra)
+    sweep = record(paths, data, specs, outcomes)
+    failed = list(sweep.failed.values())
+    sweep_failed = bool(failed) and not config.train.allow_partial
+    minutes = (time.time() - started) / 60
+    tracked = training.close(outcomes, sweep_failed, minutes) if training else Tracked()
+    log = _write_last_sweep(paths, specs, outcomes, tracked, minutes)
+    if sweep_failed:
+        raise SweepFailedError(failure_summary(failed, len(specs)))
+    return log
+
+
+def plan(config: Config, infra: Infra, data: TokenizedData, only=None) -> dict[str, TrialSpec]:
+    """The selected variants of the grid, each with its key (:func:`variant_key`, computed
+    here once and carried by its :class:`TrialSpec`), resources and plugin sources."""
     data_hash = data.fingerprint()
     resources = TaskResources.from_config(infra.ray)
     variants = select(expand_grid(config), only or config.train.only)
@@ -164,89 +220,130 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         auto = resolve_auto_precision(infra.ray, resources)
         logger.info("train.precision auto -> %s on the trials' hardware", auto)
     variants = [_with_precision(v, auto) for v in variants]
-    timeout_minutes = infra.ray.trial_timeout_minutes
     plugins = tuple(loaded_plugins())
-    specs = {
+    return {
         v.id: TrialSpec(
             v,
             variant_key(v, data_hash),
             resources,
-            trial_timeout_minutes=timeout_minutes,
+            trial_timeout_minutes=infra.ray.trial_timeout_minutes,
             plugins=plugins,
         )
         for v in variants
     }
+
+
+def restore(specs: dict[str, TrialSpec], paths: SweepPaths) -> dict[str, VariantOutcome]:
+    """The variants already finished, in ``models/`` (intact) or in the variant cache."""
     outcomes = {}
     for variant_id, spec in specs.items():
-        folder = paths.models_dir / variant_id
-        cached = VariantFiles(folder).finished(spec.config_hash)
-        damage = cached is not None and VariantFiles(folder).damaged()
+        files = VariantFiles(paths.models_dir / variant_id)
+        cached = files.finished(spec.config_hash)
+        damage = cached is not None and files.damaged()
         if damage:
             logger.warning(
-                "%s: %s; taken again from the variant cache or retrained", folder, damage
+                "%s: %s; taken again from the variant cache or retrained", files.folder, damage
             )
             cached = None
         if cached is None:
-            cached = paths.cache.restore(spec.config_hash, folder)
+            cached = paths.cache.restore(spec.config_hash, files.folder)
         if cached is not None:
-            outcomes[variant_id] = VariantOutcome(
-                variant_id, "cached", spec.config_hash, summary=cached["summary"]
-            )
-    todo = {k: v for k, v in specs.items() if k not in outcomes}
-    logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
-    if todo:
-        forecast = preflight([s.variant for s in todo.values()], data, infra.ray, resources)
-        todo = _scaled_timeouts(todo, forecast)
+            outcomes[variant_id] = VariantOutcome.of(spec, "cached", summary=cached["summary"])
+    return outcomes
 
-    outbox, parent_id, runs, kept = None, None, {}, 0
-    if todo:
+
+@dataclass
+class Tracked:
+    """What a sweep's MLflow records came to: the parent run, each variant's run, and the
+    records kept on disk for a later run (the tracking store was out of reach)."""
+
+    parent_id: str | None = None
+    runs: dict[str, str] = field(default_factory=dict)
+    kept: int = 0
+
+
+class Training:
+    """The Tune run of the variants left to train, with its MLflow records: an outbox
+    (:mod:`pipeline.tracking.outbox`) opened by :meth:`run` and closed by :meth:`close`
+    once ``models/sweep.json`` is written (the parent run logs it)."""
+
+    def __init__(
+        self,
+        config: Config,
+        infra: Infra,
+        paths: SweepPaths,
+        data: TokenizedData,
+        specs: dict[str, TrialSpec],
+    ):
+        self.config, self.infra, self.paths = config, infra, paths
+        self.data, self.specs = data, specs
+        self.outbox: Outbox | None = None
+        self.tracking: MlflowCallback | None = None
+
+    def run(self, todo: dict[str, TrialSpec]) -> dict[str, VariantOutcome]:
+        """Preflight, then Tune; the outcome of every variant of ``todo``."""
+        infra, paths = self.infra, self.paths
+        resources = next(iter(todo.values())).resources
+        forecast = preflight([s.variant for s in todo.values()], self.data, infra.ray, resources)
+        todo = _scaled_timeouts(todo, forecast)
         init_ray(infra.ray)  # before MLflow: a cluster that cannot run it fails here
-        outbox = Outbox(Tracker(infra), infra.cache_dir)  # a store that cannot be used fails here
-        _parent_run(outbox, config, infra, data_hash, specs)
+        self.outbox = Outbox(Tracker(infra), infra.cache_dir)  # an unusable store fails here
+        _parent_run(self.outbox, self.config, infra, self.data.fingerprint(), self.specs)
         todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
         outputs = OutputsCallback(todo, paths.models_dir, paths.cache)
-        tracking = MlflowCallback(outbox, SWEEP_REF, outputs, data, paths.tok_dir)
+        self.tracking = MlflowCallback(self.outbox, SWEEP_REF, outputs, self.data, paths.tok_dir)
+        pending = PendingWatch(resources, infra.ray.pending_timeout_minutes)
+        callbacks = [outputs, self.tracking, StudyProgress(len(todo)), pending]
         try:
-            progress = StudyProgress(len(todo))
-            pending = PendingWatch(resources, infra.ray.pending_timeout_minutes)
-            grid = _tune(
-                todo, data, infra, paths, [outputs, tracking, progress, pending], stopper=pending
-            )
+            grid = _tune(todo, self.data, infra, paths, callbacks, stopper=pending)
             if pending.reason:
                 raise SweepInterruptedError(pending.reason)
             _raise_if_interrupted(grid, outputs)
         except SweepInterruptedError:
-            outbox.close(infra.tracking.outage_wait_seconds)  # runs stay open for the rerun
+            self.outbox.close(infra.tracking.outage_wait_seconds)  # open for the rerun
             raise
         except Exception:
-            outbox.finish(SWEEP_REF, "FAILED")
-            outbox.close(infra.tracking.outage_wait_seconds)
+            self.outbox.finish(SWEEP_REF, "FAILED")
+            self.outbox.close(infra.tracking.outage_wait_seconds)
             raise
-        outcomes.update(_collect(todo, grid, outputs))
-    elif pending_journals(infra.cache_dir):  # records an earlier run could not send
-        try:
-            send_pending(Tracker(infra), infra.cache_dir, infra.tracking.outage_wait_seconds)
-        except TrackingError as err:
-            logger.warning("tracking records of earlier runs not sent yet: %s", err)
-    tokenizers = {name: data.files[name] for name in VariantFiles.TOKENIZERS}
-    for variant_id, outcome in outcomes.items():
-        if outcome.status != "failed":  # a finished folder translates alone
-            VariantFiles(paths.models_dir / variant_id).add_tokenizers(tokenizers)
-    _write_summary(paths.models_dir, specs, outcomes, data_hash)
-    failed = [o for o in outcomes.values() if o.status == "failed"]
-    sweep_failed = bool(failed) and not config.train.allow_partial
-    minutes = (time.time() - started) / 60
-    if outbox is not None:
+        return _collect(todo, grid, outputs)
+
+    def close(self, outcomes: dict[str, VariantOutcome], failed: bool, minutes: float) -> Tracked:
+        """The parent run's counts, time and ``models/sweep.json``; its end."""
+        outbox = self.outbox
         counts = {f"variants_{k}": v for k, v in _counts(outcomes).items()}
         outbox.log_metrics(SWEEP_REF, {**counts, "sweep_minutes": minutes})
-        outbox.log_artifacts(SWEEP_REF, [paths.models_dir / SWEEP_FILE])
-        outbox.finish(SWEEP_REF, "FAILED" if sweep_failed else "FINISHED")
-        kept = outbox.close(infra.tracking.outage_wait_seconds)
-        parent_id, runs = outbox.run_ids().get(SWEEP_REF), tracking.runs
-    record = _write_last_sweep(paths, specs, outcomes, parent_id, runs, minutes, kept)
-    if sweep_failed:
-        raise SweepFailedError(failure_summary(failed, len(specs)))
-    return record
+        outbox.log_artifacts(SWEEP_REF, [self.paths.models_dir / SWEEP_FILE])
+        outbox.finish(SWEEP_REF, "FAILED" if failed else "FINISHED")
+        kept = outbox.close(self.infra.tracking.outage_wait_seconds)
+        return Tracked(outbox.run_ids().get(SWEEP_REF), self.tracking.runs, kept)
+
+
+def _send_earlier_records(infra: Infra) -> None:
+    """Nothing to train: send what an earlier run could not (best effort)."""
+    if not pending_journals(infra.cache_dir):
+        return
+    try:
+        send_pending(Tracker(infra), infra.cache_dir, infra.tracking.outage_wait_seconds)
+    except TrackingError as err:
+        logger.warning("tracking records of earlier runs not sent yet: %s", err)
+
+
+def record(
+    paths: SweepPaths,
+    data: TokenizedData,
+    specs: dict[str, TrialSpec],
+    outcomes: dict[str, VariantOutcome],
+) -> SweepRecord:
+    """``models/``: the subword models beside each finished variant (a finished folder
+    translates alone) and ``sweep.json``, identical on a rerun that trains nothing."""
+    tokenizers = {name: data.files[name] for name in VariantFiles.TOKENIZERS}
+    for variant_id, outcome in outcomes.items():
+        if outcome.record.finished:
+            VariantFiles(paths.models_dir / variant_id).add_tokenizers(tokenizers)
+    sweep = SweepRecord(data.fingerprint(), {i: outcomes[i].record for i in specs})
+    sweep.write(paths.models_dir)
+    return sweep
 
 
 SAFETY_FACTOR = 2.0
@@ -274,12 +371,12 @@ def _scaled_timeouts(todo: dict[str, TrialSpec], forecast) -> dict[str, TrialSpe
     return {k: replace(spec, trial_timeout_minutes=needed) for k, spec in todo.items()}
 
 
-def failure_summary(failed: list[VariantOutcome], total: int) -> str:
+def failure_summary(failed: list[VariantRecord], total: int) -> str:
     """One line: each distinct cause once, with the variants it hit."""
     causes: dict[str, list[str]] = {}
-    for outcome in sorted(failed, key=lambda o: o.id):
-        cause = (outcome.error or "unknown error").replace(outcome.id, "<variant>")
-        causes.setdefault(cause, []).append(outcome.id)
+    for variant in sorted(failed, key=lambda v: v.id):
+        cause = (variant.error or "unknown error").replace(variant.id, "<variant>")
+        causes.setdefault(cause, []).append(variant.id)
     parts = []
     for cause, ids in causes.items():
         named = ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
@@ -331,19 +428,13 @@ def _collect(todo: dict[str, TrialSpec], grid, outputs: OutputsCallback) -> dict
             outputs.collect(variant_id, result.checkpoint)
     outcomes = {}
     for variant_id, spec in todo.items():
+        attempts = outputs.attempts.get(variant_id, 0)
         if variant_id in outputs.finished:
-            status, error, summary = "trained", None, outputs.finished[variant_id]
+            summary = outputs.finished[variant_id]
+            outcomes[variant_id] = VariantOutcome.of(spec, "trained", summary, attempts=attempts)
         else:
             error = errors.get(variant_id) or outputs.errors.get(variant_id) or "did not finish"
-            status, summary = "failed", {}
-        outcomes[variant_id] = VariantOutcome(
-            variant_id,
-            status,
-            spec.config_hash,
-            error,
-            outputs.attempts.get(variant_id, 0),
-            summary,
-        )
+            outcomes[variant_id] = VariantOutcome.of(spec, None, error=error, attempts=attempts)
     return outcomes
 
 
@@ -370,52 +461,35 @@ def _parent_run(outbox: Outbox, config: Config, infra: Infra, data_hash, specs) 
     )
 
 
-def _write_summary(models_dir: Path, specs, outcomes, data_hash: str) -> None:
-    """``models/sweep.json``: what each variant is (config, summary, or why it failed);
-    identical on a rerun that trains nothing."""
-    summary = {
-        "data_hash": data_hash,
-        "variants": {
-            variant_id: {
-                "status": "failed" if outcomes[variant_id].status == "failed" else "finished",
-                "config_hash": spec.config_hash,
-                "error": outcomes[variant_id].error,
-                **outcomes[variant_id].summary,
-                "axes": spec.variant.axes,
-                "model": spec.variant.model.model_dump(),
-                "train": spec.variant.train.model_dump(exclude=GRID_SETTINGS),
-            }
-            for variant_id, spec in specs.items()
-        },
-    }
-    write_json(models_dir / SWEEP_FILE, summary)
-
-
 def _counts(outcomes: dict[str, VariantOutcome]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for outcome in outcomes.values():
-        counts[outcome.status] = counts.get(outcome.status, 0) + 1
-    return counts
+    """Finished and failed variants, and how many of the finished came from the cache."""
+    records = [o.record for o in outcomes.values()]
+    return {
+        FINISHED: sum(r.finished for r in records),
+        FAILED: sum(not r.finished for r in records),
+        "cached": sum(o.source == "cached" for o in outcomes.values()),
+    }
 
 
-def _write_last_sweep(paths, specs, outcomes, parent_id, runs, minutes: float, kept: int) -> dict:
-    record = {
+def _write_last_sweep(paths, specs, outcomes, tracked: Tracked, minutes: float) -> dict:
+    log = {
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "models_dir": str(paths.models_dir),
         "minutes": round(minutes, 3),
-        "parent_run_id": parent_id,
-        "tracking_records_kept": kept,
+        "parent_run_id": tracked.parent_id,
+        "tracking_records_kept": tracked.kept,
         "counts": _counts(outcomes),
         "variants": {
             variant_id: {
-                "status": outcomes[variant_id].status,
+                "status": outcomes[variant_id].record.status,
+                "source": outcomes[variant_id].source,
                 "attempts": outcomes[variant_id].attempts,
                 "config_hash": spec.config_hash,
-                "run_id": runs.get(variant_id),
-                "error": outcomes[variant_id].error,
+                "run_id": tracked.runs.get(variant_id),
+                "error": outcomes[variant_id].record.error,
             }
             for variant_id, spec in specs.items()
         },
     }
-    paths.cache.write_last_sweep(record)
-    return record
+    paths.cache.write_last_sweep(log)
+    return log

@@ -140,7 +140,13 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
             callbacks.append(SafetyTimeout(spec.variant.id, timeout))
         try:
             result = train_variant(
-                spec.variant, data, scratch, callbacks=callbacks, device=device, resume=True
+                spec.variant,
+                data,
+                scratch,
+                callbacks=callbacks,
+                device=device,
+                resume=True,
+                key=spec.config_hash,
             )
         except Exception as err:
             if steps.count or checkpoint is not None:

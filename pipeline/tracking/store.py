@@ -109,12 +109,13 @@ def dvc_tags() -> dict[str, str]:
 
 
 def still_improving(summary: Mapping[str, Any]) -> bool:
-    """Not plateaued: stopped for any reason other than early stopping. Only early stopping
-    shows that the dev metric stopped improving (``train.patience`` evaluations without a
-    gain of more than ``train.min_delta``); a variant stopped by a budget (epochs, steps,
-    time) had not shown that, even if its best evaluation was not its last one, so it is
-    flagged: more training might still have helped, and comparing it is less safe."""
-    return summary.get("stop_reason") != "early_stopping"
+    """Not plateaued, as the trainer recorded it (``plateaued``: stopped by the plateau
+    rule). Only the plateau shows that the dev metric stopped improving
+    (``train.patience`` evaluations without progress); a variant stopped by a budget
+    (epochs, steps, a callback's) had not shown that, even if its best evaluation was not
+    its last one, so it is flagged: more training might still have helped, and comparing
+    it is less safe."""
+    return not summary.get("plateaued", False)
 
 
 def training_summary(summary: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:

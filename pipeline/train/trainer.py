@@ -312,9 +312,12 @@ def train_variant(
     callbacks: Sequence[TrainCallback] = (),
     device: str | torch.device = "cpu",
     resume: bool = True,
+    key: str | None = None,
 ) -> TrainResult:
     """Train ``variant`` on ``data`` (or the ``data/tok`` folder it names) into ``out_dir``,
-    calling ``callbacks`` (:class:`TrainCallback`) as it goes."""
+    calling ``callbacks`` (:class:`TrainCallback`) as it goes. ``key``: the variant's
+    :func:`variant_key` where the caller computed it (the sweep does, once per variant);
+    else it is computed here."""
     energy_kernel = "unused"
     if variant.model.scorer == "additive" and torch.device(device).type == "cpu":
         # built before the clock (once a machine; prepare_process(kernels=True) builds it
@@ -325,7 +328,7 @@ def train_variant(
     out_dir.mkdir(parents=True, exist_ok=True)
     if not isinstance(data, TokenizedData):
         data = TokenizedData.load(data)
-    trainer = Trainer(variant, data, out_dir, callbacks, device)
+    trainer = Trainer(variant, data, out_dir, callbacks, device, key)
     if not (resume and trainer.restore()):
         write_json(
             VariantFiles(out_dir).config,
@@ -465,6 +468,7 @@ class Trainer:
         out_dir: Path,
         callbacks: Sequence[TrainCallback] = (),
         device: str | torch.device = "cpu",
+        key: str | None = None,
     ):
         self.variant, self.cfg, self.files = variant, variant.train, VariantFiles(out_dir)
         self.callbacks, self.device = tuple(callbacks), device
@@ -472,7 +476,7 @@ class Trainer:
         self._pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # unchecked steps
         self.train_split, self.dev = data.split("train"), _DevSet(data, self.cfg)
         self.vocab = VocabInfo.from_data(data)
-        self.config_hash = variant_key(variant, data.fingerprint())
+        self.config_hash = key or variant_key(variant, data.fingerprint())
         torch.manual_seed(self.cfg.seed)
         self.model = Seq2Seq(variant.model, self.vocab.src_vocab_size, self.vocab.tgt_vocab_size)
         if variant.model.output_bias == "unigram":

@@ -51,7 +51,7 @@ def test_grid_trains_every_variant_with_outputs(trained):
     log = last_sweep(root)
     for variant_id, info in sweep["variants"].items():
         assert info["status"] == "finished"
-        assert log["variants"][variant_id]["status"] == "trained"
+        assert log["variants"][variant_id]["source"] == "trained"
         assert log["variants"][variant_id]["attempts"] == 1
         assert info["parameter_count"] > 0 and info["tokens_per_s"] > 0
         folder = root / "models" / variant_id
@@ -134,7 +134,7 @@ def test_rerun_trains_nothing_and_a_new_axis_value_trains_only_new_variants(trai
     assert {p: digest(p) for p in (root / "models").rglob("*") if p.is_file()} == everything
     assert {p: digest(p) for p in before} == before
     assert {p: p.stat().st_mtime_ns for p in before} == mtimes
-    assert {v["status"] for v in last_sweep(root)["variants"].values()} == {"cached"}
+    assert {v["source"] for v in last_sweep(root)["variants"].values()} == {"cached"}
     _, all_runs = runs(root)
     assert len([r for r in all_runs if "mlflow.parentRunId" in r.data.tags]) == 4
     assert len(runs(root, "sweep")[1]) == 1  # nothing trained: no new sweep run
@@ -145,7 +145,7 @@ def test_rerun_trains_nothing_and_a_new_axis_value_trains_only_new_variants(trai
     bigger.write_text(grown)
     result = stage("stages.train", bigger, root, *train_args(root))
     assert result.returncode == 0, result.stderr[-2000:]
-    statuses = {k: v["status"] for k, v in last_sweep(root)["variants"].items()}
+    statuses = {k: v["source"] for k, v in last_sweep(root)["variants"].items()}
     assert statuses["dot-fwd-h16-s1"] == statuses["dot-rev-h16-s1"] == "trained"
     assert [s for k, s in statuses.items() if not k.startswith("dot")] == ["cached"] * 4
     assert {p: digest(p) for p in before} == before
@@ -173,7 +173,7 @@ def test_killed_sweep_resumes_from_tune_checkpoints_without_retraining(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns) == kept
     sweep = json.loads((root / "models" / "sweep.json").read_text())
-    assert last_sweep(root)["variants"][first.name]["status"] == "cached"
+    assert last_sweep(root)["variants"][first.name]["source"] == "cached"
     assert all(v["status"] == "finished" for v in sweep["variants"].values())
     for variant_id in checkpointed:  # continued from its last Tune checkpoint, not from zero
         info = sweep["variants"][variant_id]
@@ -331,7 +331,7 @@ def test_a_failure_before_the_first_step_is_not_retried_and_named_once(tmp_path)
         if variant_id.startswith("trialfail"):
             assert info["status"] == "failed" and info["attempts"] == 1, info
         else:
-            assert info["status"] == "trained", info
+            assert info["source"] == "trained", info
     # the study bar never counts a failed variant as done
     bars = [line for line in result.stderr.replace("\r", "\n").splitlines() if "study:" in line]
     assert bars and not any("4/4" in line for line in bars), bars[-3:]
@@ -373,6 +373,6 @@ def test_a_corrupted_cached_variant_is_retrained_not_served(tmp_path):
     rerun = stage("stages.train", params, root, *train_args(root))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"variant cache entry {entry.parent}: checkpoint.pt does not match" in rerun.stderr
-    assert last_sweep(root)["variants"]["none-fwd-h16-s1"]["status"] == "trained"
+    assert last_sweep(root)["variants"]["none-fwd-h16-s1"]["source"] == "trained"
     retrained = load_checkpoint(model).model.state_dict()
     assert all(torch.equal(retrained[k], weights[k]) for k in weights)

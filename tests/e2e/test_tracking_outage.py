@@ -153,7 +153,7 @@ def test_an_mlflow_server_outage_never_stalls_training_and_loses_nothing(tmp_pat
         assert kept > 0 and pending_journals(root / ".study_cache")
         second = [v for v in sorted(last_sweep(root)["variants"]) if v not in first]
         assert len(second) == 2
-        assert all(last_sweep(root)["variants"][v]["status"] == "trained" for v in second)
+        assert all(last_sweep(root)["variants"][v]["source"] == "trained" for v in second)
 
         server.start()
         sync = subprocess.run(

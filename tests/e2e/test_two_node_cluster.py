@@ -251,7 +251,7 @@ def test_killed_driver_resumes_from_the_workers_tune_checkpoints(cluster):
     assert rerun.returncode == 0, rerun.stderr[-4000:]
     print(f"\nkilled after {killed_s:.1f} s; rerun {rerun_s:.1f} s")
     sweep = json.loads((project / "models" / "sweep.json").read_text())
-    assert last_sweep(project)["variants"][first.name]["status"] == "cached"
+    assert last_sweep(project)["variants"][first.name]["source"] == "cached"
     assert (first / "checkpoint.pt").read_bytes() == kept
     for variant_id in resumable:
         info = sweep["variants"][variant_id]

@@ -11,7 +11,8 @@ from pipeline.evaluate.metrics import (
     monotonicity_gap,
     score_system,
 )
-from pipeline.evaluate.stage import dev_choice
+from pipeline.artifacts import SweepRecord, VariantRecord
+from pipeline.evaluate.registry import dev_choice
 from pipeline.study.statistics import bonferroni, format_p
 
 REFS = [f"the {w} sat on the mat number {i}" for i, w in enumerate(["cat", "dog", "cow"] * 20)]
@@ -77,20 +78,25 @@ def test_the_dev_choice_is_the_best_dev_bleu_of_the_chosen_scorer_even_at_zero()
     """The variant registered as dev-best: the chosen scorer's own variants only (a
     grid_include variant has no scorer axis), finite dev BLEU only, 0.0 included."""
     variants = {
-        "additive-s1": {"best_dev_bleu": 0.0, "model": {"scorer": "additive"}, "axes": {}},
-        "additive-s2": {"best_dev_bleu": float("nan"), "model": {"scorer": "additive"}},
-        "additive-s3": {"best_dev_bleu": None, "model": {"scorer": "additive"}},
-        "dot-s1": {"best_dev_bleu": 5.0, "model": {"scorer": "dot"}, "axes": {}},
+        "additive-s1": _record("additive-s1", best_dev_bleu=0.0),
+        "additive-s2": _record("additive-s2", best_dev_bleu=float("nan")),
+        "additive-s3": _record("additive-s3", best_dev_bleu=None),
+        "dot-s1": _record("dot-s1", "dot", best_dev_bleu=5.0),
     }
-    sweep = {"variants": variants}
-    assert dev_choice(sweep, variants, "additive") == "additive-s1"
-    assert dev_choice(sweep, variants, None) == "dot-s1"
-    assert dev_choice(sweep, ["additive-s2", "additive-s3"], "additive") is None
+    assert dev_choice(variants, "additive") == "additive-s1"
+    assert dev_choice(variants, None) == "dot-s1"
+    assert dev_choice({i: variants[i] for i in ("additive-s2", "additive-s3")}, "additive") is None
+
+
+def _record(variant_id: str, scorer: str = "additive", **summary) -> VariantRecord:
+    return VariantRecord(
+        variant_id, "finished", "hash", {}, {"scorer": scorer}, {"seed": 1}, summary
+    )
 
 
 def test_bleu_by_length_is_a_seed_mean_with_an_interval_over_seeds(monkeypatch):
     """Two seeds: mean +- t * sd / sqrt(2); one seed: its bootstrap interval."""
-    from pipeline.evaluate import stage
+    from pipeline.evaluate import tables
 
     def bucket(bleu, low, high):
         return {
@@ -108,9 +114,9 @@ def test_bleu_by_length_is_a_seed_mean_with_an_interval_over_seeds(monkeypatch):
 
     metrics = {"a-s1": bucket(10, 8, 12), "a-s2": bucket(12, 9, 14), "b-s1": bucket(20, 18, 22)}
     names = {"a-s1": "a", "a-s2": "a", "b-s1": "b"}
-    monkeypatch.setattr(stage, "configurations", lambda sweep, m: names)
-    sweep = {"variants": {k: {"model": {"scorer": k[0]}} for k in metrics}}
-    table = stage.length_plot_table(metrics, sweep).set_index("configuration")
+    monkeypatch.setattr(tables, "configurations", lambda sweep, m: names)
+    sweep = SweepRecord("data", {k: _record(k, k[0]) for k in metrics})
+    table = tables.length_plot_table(metrics, sweep).set_index("configuration")
     half = 12.706 * np.std([10, 12], ddof=1) / np.sqrt(2)  # t(0.975, 1)
     assert table.loc["a", "bleu"] == 11.0 and table.loc["a", "seeds"] == 2
     assert table.loc["a", "high"] == pytest.approx(11.0 + half, abs=0.01)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.artifacts import EvalFiles
+from pipeline.artifacts import EvalFiles, EvaluationSummary, SweepRecord, VariantRecord
 from pipeline.config import load_config
 from pipeline.config.infra import Infra
 from pipeline.report import render
@@ -34,16 +34,21 @@ def write_study(root):
     for scorer in SCORERS:
         for seed in SEEDS:
             vid = variant_id(scorer, seed)
-            variants[vid] = {
-                "model": {"scorer": scorer, "reverse_source": False, "hidden_size": 16},
-                "train": {"seed": seed, "max_steps": 100},
-                "axes": {"scorer": scorer, "seed": seed},
-                "status": "finished",
-                "stop_reason": "early_stopping",
-                "best_dev_bleu": 10.0 + seed,
-                "steps": 50,
-                "epochs_run": 2,
-            }
+            variants[vid] = VariantRecord(
+                vid,
+                "finished",
+                f"hash-{vid}",
+                axes={"scorer": scorer, "seed": seed},
+                model={"scorer": scorer, "reverse_source": False, "hidden_size": 16},
+                train={"seed": seed, "max_steps": 100},
+                summary={
+                    "stop_reason": "early_stopping",
+                    "plateaued": True,
+                    "best_dev_bleu": 10.0 + seed,
+                    "steps": 50,
+                    "epochs_run": 2,
+                },
+            )
             base = 20.0 if scorer == "additive" else 5.0
             by_length = [
                 {
@@ -78,10 +83,8 @@ def write_study(root):
                 {"variant": vid, "epoch": e, "wall_time": 30.0 * e, "dev_bleu": e + seed}
                 for e in (1, 2)
             ]
-    (models / "sweep.json").write_text(json.dumps({"variants": variants, "data_hash": "x"}))
-    (out / "summary.json").write_text(
-        json.dumps({"variants": summary, "signature": "sig", "attention_examples": [3]})
-    )
+    SweepRecord("x", variants).write(models)
+    EvaluationSummary("key", summary, [], "sig", [3], {}).write(out)
     pd.DataFrame(curves).to_csv(out / "learning_curves.csv", index=False)
     part = {
         "label": "additive - none",

@@ -97,13 +97,14 @@ def test_an_unusable_tracking_uri_is_one_line_naming_the_setting(tmp_path):
 @pytest.mark.parametrize(
     ("summary", "expected"),
     [
-        ({"stop_reason": "max_epochs", "best_epoch": 3, "epochs_run": 3}, True),
-        ({"stop_reason": "max_epochs", "best_epoch": 2, "epochs_run": 3}, True),  # no plateau
-        ({"stop_reason": "early_stopping", "best_epoch": 3, "epochs_run": 6}, False),
-        ({"stop_reason": "max_steps", "best_epoch": 4, "epochs_run": 4}, True),
+        ({"stop_reason": "max_epochs", "plateaued": False, "best_epoch": 3}, True),
+        ({"stop_reason": "max_epochs", "plateaued": False, "best_epoch": 2}, True),
+        ({"stop_reason": "early_stopping", "plateaued": True, "best_epoch": 3}, False),
+        ({"stop_reason": "max_steps", "plateaued": False, "best_epoch": 4}, True),
+        ({"stop_reason": "early_stopping"}, True),  # no record of a plateau: not shown
     ],
 )
-def test_still_improving_means_stopped_by_a_budget_at_its_best_epoch(summary, expected):
+def test_still_improving_is_the_trainers_record_of_no_plateau(summary, expected):
     assert still_improving(summary) is expected
 
 

@@ -3,7 +3,7 @@ same keys whichever verdicts a study got (``dvc exp show``'s columns)."""
 
 from __future__ import annotations
 
-from pipeline.evaluate.stage import verdict_counts
+from pipeline.evaluate.tables import verdict_counts
 
 KEYS = ["agrees", "disagrees", "smaller_than_claimed", "equivalent", "inconclusive", "not_testable"]
 
