@@ -494,12 +494,35 @@ class Trainer:
 
     # ------------------------------------------------------------------ training
     def run(self) -> None:
-        while not self.progress.stop_reason:
-            self._train_epoch()
+        """The training loop: epochs of optimizer steps on token-bucketed batches, a dev
+        evaluation every ``eval_every_steps`` steps and at each epoch's end, until a stop
+        reason (the plateau, a budget, a callback's :meth:`stop`). A budget ends with one
+        last evaluation; an evaluation that stops training is the last."""
+        p, every = self.progress, self.cfg.eval_every_steps
+        reverse = self.variant.model.reverse_source
+        while not p.stop_reason:
+            batches = self._epoch_batches()
+            stopped_by_evaluation = False
+            with self._bar(len(batches)) as bar:
+                for position in range(p.batch_position, len(batches)):
+                    batch = make_batch(self.train_split, batches[position], reverse_source=reverse)
+                    self._train_step(batch.to(self.device))
+                    p.batch_position = position + 1
+                    bar.update()
+                    for callback in self.callbacks:
+                        callback.on_step(self, p.step)
+                    if self._budget_spent():
+                        break
+                    if every and p.step % every == 0 and p.batch_position < len(batches):
+                        self._evaluate(len(batches))
+                        if p.stop_reason:
+                            stopped_by_evaluation = True
+                            break
+            if not stopped_by_evaluation:
+                self._evaluate(len(batches))  # the epoch's end, or the budget's last
 
-    def _train_epoch(self) -> None:
-        """The rest of the current epoch, then its final evaluation (unless early stopping
-        already ended training at a mid-epoch one)."""
+    def _epoch_batches(self) -> list[np.ndarray]:
+        """The current epoch's batches (seeded by the epoch: a resumed run gets the same)."""
         p, cfg = self.progress, self.cfg
         batches = epoch_batches(
             self.train_split,
@@ -515,31 +538,11 @@ class Trainer:
             len(batches),
             _format(padding_fraction(self.train_split, batches)),
         )
-        quiet = not sys.stderr.isatty()
-        with tqdm(total=len(batches), initial=p.batch_position, leave=False, disable=quiet) as bar:
-            stopped = self._train_batches(batches, bar)
-        if not stopped:
-            self._evaluate(len(batches))
+        return batches
 
-    def _train_batches(self, batches: list[np.ndarray], bar) -> bool:
-        """Train from ``batch_position`` to the epoch end or a budget, with the mid-epoch
-        evaluations; True if one of them stopped training."""
-        p, every = self.progress, self.cfg.eval_every_steps
-        reverse = self.variant.model.reverse_source
-        for position in range(p.batch_position, len(batches)):
-            batch = make_batch(self.train_split, batches[position], reverse_source=reverse)
-            self._train_step(batch.to(self.device))
-            p.batch_position = position + 1
-            bar.update()
-            for callback in self.callbacks:
-                callback.on_step(self, p.step)
-            if self._budget_spent():
-                return False
-            if every and p.step % every == 0 and p.batch_position < len(batches):
-                self._evaluate(len(batches))
-                if p.stop_reason:
-                    return True
-        return False
+    def _bar(self, total: int) -> tqdm:
+        quiet = not sys.stderr.isatty()
+        return tqdm(total=total, initial=self.progress.batch_position, leave=False, disable=quiet)
 
     def _train_step(self, batch) -> None:
         start = time.perf_counter()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import sys
 
-import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support import (
@@ -19,8 +18,6 @@ from tests.support import (
     tiny_params,
     write_tsv,
 )
-
-pytestmark = pytest.mark.slow
 
 
 def test_two_queued_experiments_at_once_keep_their_runs_apart(tmp_path):

@@ -175,7 +175,6 @@ def test_an_empty_params_file_is_refused_in_one_line(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.slow
 def test_an_unusable_tracking_uri_is_one_line_before_any_training(tmp_path):
     from tests.support import make_project, stage, train_args
 

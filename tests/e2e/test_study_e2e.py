@@ -42,8 +42,6 @@ from tools.mlflow_ui import (
     search_runs,
 )
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):

@@ -19,8 +19,6 @@ from tests.support import (
     train_args,
 )
 
-pytestmark = pytest.mark.slow
-
 
 def runs(root, kind=None):
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
@@ -241,23 +239,6 @@ def test_ctrl_c_leaves_a_resumable_sweep_and_says_so(tmp_path):
     assert last_sweep(root)["parent_run_id"] == parent  # the interrupted sweep's run, reused
     assert all(v["status"] == "finished" for v in sweep["variants"].values())
     assert any(sweep["variants"][k]["resumed_at_step"] > 0 for k in checkpointed)
-
-
-def test_interruption_names_unfinished_and_not_started_trials():
-    """Ctrl-C while trials are still pending: Tune reports those without a config."""
-    from types import SimpleNamespace as Result
-
-    from pipeline.sweep.driver import FINAL, SweepInterruptedError, _raise_if_interrupted
-
-    grid = [
-        Result(config={"variant": "a"}, error=None, metrics={"step": 3}),
-        Result(config=None, error=FileNotFoundError("no result.json"), metrics=None),
-        Result(config={"variant": "b"}, error=None, metrics={FINAL: True}),
-        Result(config={"variant": "c"}, error=RuntimeError("boom"), metrics={}),
-    ]
-    with pytest.raises(SweepInterruptedError, match=r"1 variants unfinished \(a\) and 1 not st"):
-        _raise_if_interrupted(grid, Result(finished={"b"}))
-    _raise_if_interrupted(grid[1:], Result(finished={"b"}))  # nothing interrupted: no error
 
 
 def test_two_independent_runs_of_a_study_give_identical_models_and_metrics(trained, tmp_path):

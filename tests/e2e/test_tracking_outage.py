@@ -12,7 +12,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.tracking.outbox import pending_journals
@@ -26,8 +25,6 @@ from tests.support import (
     write_params,
 )
 from tools.mlflow_ui import free_port
-
-pytestmark = pytest.mark.slow
 
 
 class Server:

@@ -36,8 +36,6 @@ from tests.support import (
     train_args,
 )
 
-pytestmark = pytest.mark.slow
-
 RAY = str(Path(sys.executable).parent / "ray")
 
 
