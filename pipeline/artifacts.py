@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+import pandas as pd
+
 from pipeline.errors import StageError
 from pipeline.io import sha256_file, write_bytes, write_json
 
@@ -320,6 +323,10 @@ class SweepRecord:
     def failed(self) -> dict[str, VariantRecord]:
         return {i: v for i, v in self.variants.items() if not v.finished}
 
+    def table(self, ids=None) -> pd.DataFrame:
+        """:func:`variant_table` of the variants ``ids`` (default: all of them)."""
+        return variant_table(self.variants[i] for i in (self.variants if ids is None else ids))
+
     def write(self, models_dir: Path) -> None:
         variants = {i: v.to_json() for i, v in self.variants.items()}
         write_json(models_dir / SWEEP_FILE, {"data_hash": self.data_hash, "variants": variants})
@@ -333,6 +340,48 @@ class SweepRecord:
             return cls(data["data_hash"], variants)
         except (KeyError, TypeError, AttributeError) as err:
             raise RecordError(f"{path}: not a sweep record (missing or bad {err})") from None
+
+
+COMPARED = ("scorer", "reverse_source", "hidden_size")
+"""The grid axes the findings compare (with the seed): twins share every other setting."""
+
+
+def variant_table(records) -> pd.DataFrame:
+    """One row per variant record: the compared axes and seed, ``config`` (every setting
+    but the seed, as JSON: one configuration's seeds share it) and ``rest`` (every setting
+    but the compared axes and the seed: twins share it), the status and the training
+    summary (NaN where a failed variant has none)."""
+    rows = []
+    for record in records:
+        summary = record.summary
+        config = {k: v for k, v in {**record.model, **record.train}.items() if k != "seed"}
+        rest = {k: v for k, v in config.items() if k not in COMPARED}
+        none = record.scorer == "none"
+        rows.append(
+            {
+                "variant": record.id,
+                "scorer": record.scorer,
+                "reverse_source": bool(record.model.get("reverse_source")),
+                "hidden_size": int(record.model["hidden_size"]),
+                "seed": record.seed,
+                "config": json.dumps(config, sort_keys=True),
+                "rest": json.dumps(rest, sort_keys=True, default=str),
+                "baseline": record.model.get("baseline", "init_only") if none else "",
+                "stop_reason": record.stop_reason,
+                "plateaued": record.plateaued,
+                "still_improving": record.finished and not record.plateaued,
+                "best_dev_bleu": record.best_dev_bleu,
+                "epochs_run": summary.get("epochs_run", np.nan),
+                "steps": summary.get("steps", np.nan),
+                "status": record.status,
+                "error": record.error or "",
+                "parameters": summary.get("parameter_count", np.nan),
+                "best_epoch": summary.get("best_epoch", np.nan),
+                "train_minutes": summary.get("wall_time_s", np.nan) / 60,
+                "tokens_per_s": summary.get("tokens_per_s", np.nan),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ to the findings, the exploratory comparisons and the scorer ranking
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import COMPARISONS, FINDINGS, RANKING, VariantRecord
+from pipeline.artifacts import (
+    COMPARED,
+    COMPARISONS,
+    FINDINGS,
+    RANKING,
+    SweepRecord,
+    VariantRecord,
+)
 from pipeline.config.params import Config
 from pipeline.evaluate.data import Scores, TestSet
 from pipeline.evaluate.metrics import Buckets
@@ -35,7 +41,6 @@ from pipeline.study.statistics import ALPHA, ContrastEstimator, Resampler
 BOOTSTRAP_CLUSTERED = (
     "chapters within length buckets (a chapter's sentences of one bucket together)"
 )
-_COMPARED = ("scorer", "reverse_source", "hidden_size", "seed")
 
 
 @dataclass
@@ -115,26 +120,8 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def variant_table(variants: dict[str, VariantRecord]) -> pd.DataFrame:
-    """One row per evaluated variant: the compared axes, plateaued, best dev BLEU, and
-    ``rest`` (every other setting, so only twins are compared)."""
-    rows = []
-    for variant_id, record in variants.items():
-        settings = record.settings()
-        rest = {k: v for k, v in settings.items() if k.split(".", 1)[1] not in _COMPARED}
-        rows.append(
-            {
-                "variant": variant_id,
-                "scorer": record.scorer,
-                "reverse_source": bool(record.model.get("reverse_source")),
-                "hidden_size": int(record.model.get("hidden_size")),
-                "seed": record.seed,
-                "plateaued": record.plateaued,
-                "best_dev_bleu": record.best_dev_bleu,
-                "rest": json.dumps(rest, sort_keys=True, default=str),
-            }
-        )
-    return pd.DataFrame(rows)
+VARIANT_COLUMNS = ["variant", *COMPARED, "seed", "plateaued", "best_dev_bleu", "rest"]
+"""What the findings' :class:`~pipeline.study.findings.Grid` reads of each variant."""
 
 
 def subsets(source_words: np.ndarray, buckets: Buckets, max_train_words: int | None):
@@ -163,7 +150,7 @@ def study_findings(
     when the corpus has them) make the bootstrap draw whole chapters."""
     stats, main, clusters = scores.stats, scores.main, test.clusters
     source_words, buckets = test.source_words, test.buckets
-    table = variant_table(variants)
+    table = SweepRecord("", variants).table()[VARIANT_COLUMNS]
     grid = Grid(table)
     reference, dev_means = choose_reference(grid)
     named, strata, _ = subsets(source_words, buckets, config.fetch.split.max_train_words)

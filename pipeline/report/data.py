@@ -6,7 +6,6 @@ what is missing instead of a silently smaller grid.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from scipy import stats
 
 from pipeline.artifacts import (
     COMPARISONS,
+    FAILED,
     FINDINGS,
     LEARNING_CURVES,
     RANKING,
@@ -24,11 +24,9 @@ from pipeline.artifacts import (
     EvaluationSummary,
     RecordError,
     SweepRecord,
-    VariantRecord,
     read_record,
 )
 from pipeline.scorers import catalogue
-from pipeline.tracking.store import still_improving
 
 
 class ReportInputError(RecordError):
@@ -80,8 +78,9 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
     if len(ranking):
         ranking = ranking[ranking.decoding == findings["main_decoding"]].reset_index(drop=True)
     rows, curves = [], []
-    for variant_id, record in sweep.variants.items():
-        row = _base_row(record)
+    for row in sweep.table().to_dict("records"):
+        variant_id = row["variant"]
+        row["status"] = FAILED if row["status"] == FAILED else "not evaluated"
         metrics_file = EvalFiles(eval_dir / variant_id).metrics
         if variant_id in evaluation.variants and metrics_file.is_file():
             metrics = _read_json(metrics_file)
@@ -120,38 +119,6 @@ def _read_csv(path: Path) -> pd.DataFrame:
         return pd.read_csv(path)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
-
-
-_COMPARED = ("scorer", "reverse_source", "hidden_size")
-"""The grid axes the findings compare (with the seed): twins share every other setting."""
-
-
-def _base_row(record: VariantRecord) -> dict[str, Any]:
-    model, summary = record.model, record.summary
-    config = {k: v for k, v in {**model, **record.train}.items() if k != "seed"}
-    rest = {k: v for k, v in config.items() if k not in _COMPARED}
-    return {
-        "variant": record.id,
-        "scorer": record.scorer,
-        "reverse_source": bool(model.get("reverse_source")),
-        "hidden_size": model.get("hidden_size"),
-        "seed": record.seed,
-        "config": json.dumps(config, sort_keys=True),  # every setting but the seed
-        "rest": json.dumps(rest, sort_keys=True, default=str),  # and but the compared axes
-        "baseline": model.get("baseline", "init_only") if record.scorer == "none" else "",
-        "stop_reason": record.stop_reason,
-        "plateaued": record.plateaued,
-        "still_improving": record.finished and still_improving(summary),
-        "best_dev_bleu": record.best_dev_bleu,
-        "epochs_run": summary.get("epochs_run", np.nan),
-        "steps": summary.get("steps", np.nan),
-        "status": "failed" if not record.finished else "not evaluated",
-        "error": record.error or "",
-        "parameters": summary.get("parameter_count", np.nan),
-        "best_epoch": summary.get("best_epoch", np.nan),
-        "train_minutes": summary.get("wall_time_s", np.nan) / 60,
-        "tokens_per_s": summary.get("tokens_per_s", np.nan),
-    }
 
 
 def _metric_columns(metrics: dict[str, Any]) -> dict[str, Any]:
