@@ -193,7 +193,7 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
     outcomes = restore(specs, paths)
     todo = {k: v for k, v in specs.items() if k not in outcomes}
     logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
-    training = Training(config, infra, paths, data, specs) if todo else None
+    training = Training(infra, paths, data, specs, config.train.grid) if todo else None
     if training is not None:
         outcomes.update(training.run(todo))
     else:
@@ -269,14 +269,14 @@ class Training:
 
     def __init__(
         self,
-        config: Config,
         infra: Infra,
         paths: SweepPaths,
         data: TokenizedData,
         specs: dict[str, TrialSpec],
+        grid: dict[str, list[Any]],
     ):
-        self.config, self.infra, self.paths = config, infra, paths
-        self.data, self.specs = data, specs
+        self.infra, self.paths, self.data, self.specs = infra, paths, data, specs
+        self.grid = grid  # train.grid: a param of the MLflow parent run
         self.outbox: Outbox | None = None
         self.tracking: MlflowCallback | None = None
 
@@ -288,7 +288,7 @@ class Training:
         todo = _scaled_timeouts(todo, forecast)
         init_ray(infra.ray)  # before MLflow: a cluster that cannot run it fails here
         self.outbox = Outbox(Tracker(infra), infra.cache_dir)  # an unusable store fails here
-        _parent_run(self.outbox, self.config, infra, self.data.fingerprint(), self.specs)
+        _parent_run(self.outbox, self.grid, infra, self.data.fingerprint(), self.specs)
         todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
         outputs = OutputsCallback(todo, paths.models_dir, paths.cache)
         self.tracking = MlflowCallback(self.outbox, SWEEP_REF, outputs, self.data, paths.tok_dir)
@@ -447,9 +447,9 @@ SWEEP_REF = "sweep"
 """The sweep's MLflow parent run, as the outbox names it."""
 
 
-def _parent_run(outbox: Outbox, config: Config, infra: Infra, data_hash, specs) -> None:
+def _parent_run(outbox: Outbox, grid: dict, infra: Infra, data_hash, specs) -> None:
     """The sweep's MLflow parent: an interrupted sweep of the same grid is continued."""
-    params = {"variants": len(specs), "grid": json.dumps(config.train.grid)}
+    params = {"variants": len(specs), "grid": json.dumps(grid)}
     params.update({f"ray.{k}": v for k, v in infra.ray.model_dump().items()})
     outbox.start_run(
         SWEEP_REF,
