@@ -41,12 +41,7 @@ def max_other_load(results: dict[str, Any]) -> float:
     """The highest ``other_load`` of any trial (see ``benchmarks.trials``)."""
     trials = [*results["training"], *results["decoding"]]
     trials += [r["reference"] for r in results["reference"]]
-    trials += [
-        r["pipeline"][side]
-        for r in results["reference"]
-        for side in ("before", "after")
-        if side in r["pipeline"]
-    ]
+    trials += [r["pipeline"][side] for r in results["reference"] for side in ("before", "after")]
     trials += [results["ceiling"]["one_thread"], results["ceiling"]["two_threads"]]
     threads = results["threads"]
     trials += [*threads["mixed_pair"], *threads["pair_one_thread"], threads["alone_one_thread"]]
@@ -65,20 +60,20 @@ def find(rows: list[dict[str, Any]], scorer: str, wiring: str, hidden: int) -> d
 
 
 def summary(results: dict[str, Any]) -> list[str]:
-    """The headline numbers, one row each (the README's table)."""
+    """The headline numbers, one row each."""
     ceiling, threads, training = results["ceiling"], results["threads"], results["training"]
-    hidden = max(results["setup"]["hidden_sizes"])
+    hidden, precision = max(results["setup"]["hidden_sizes"]), results["setup"]["precision"]
     main, plain = find(training, "additive", "luong", hidden), find(training, "none", "", hidden)
     additive = [r for r in results["reference"] if r["scorer"] == "additive"]
-    speedups = " / ".join(f"{r['speedup']:.1f}x" for r in additive)
-    speedups_fp32 = " / ".join(f"{r['speedup_fp32']:.1f}x" for r in additive)
-    precision = results["setup"]["precision"]
     greedy, beam = {r["scorer"]: r for r in results["decoding"]}["additive"]["searches"]
     memory = ", ".join(
         f"h{h} {find(training, 'additive', 'luong', h)['peak_rss_mib']:.0f} MiB"
         for h in results["setup"]["hidden_sizes"]
     )
     two = threads["one_process_two_threads"]["tokens_per_s"]
+
+    def rates(one: str, two: str) -> str:
+        return f"{gflops(ceiling[one]['flops_per_s'])} / {gflops(ceiling[two]['flops_per_s'])}"
 
     def used(flops_per_s: float, count: int) -> str:
         """Share of the ceiling of the dtype the products run in (bf16 first), and fp32's."""
@@ -91,45 +86,33 @@ def summary(results: dict[str, Any]) -> list[str]:
         return text
 
     rows = [
-        [
-            "fp32 matmul ceiling, 1 / 2 threads",
-            f"{gflops(ceiling['one_thread']['flops_per_s'])}"
-            f" / {gflops(ceiling['two_threads']['flops_per_s'])} GFLOP/s",
-        ],
+        ["fp32 matmul ceiling, 1 / 2 threads", rates("one_thread", "two_threads") + " GFLOP/s"],
         [
             "bf16 matmul, 1 / 2 threads (for comparison)",
-            f"{gflops(ceiling['bf16_one_thread']['flops_per_s'])} / "
-            f"{gflops(ceiling['bf16_two_threads']['flops_per_s'])} GFLOP/s",
+            rates("bf16_one_thread", "bf16_two_threads") + " GFLOP/s",
         ],
-        *(
-            [
-                f"training, {name} h{hidden}, 1 thread, {precision}",
-                f"{r['tokens_per_s']:.0f} "
-                f"tok/s, {gflops(r['flops_per_s'])} GFLOP/s ({used(r['flops_per_s'], 1)})",
-            ]
-            for name, r in (("additive luong", main), ("none", plain))
-        ),
+    ]
+    for name, r in (("additive luong", main), ("none", plain)):
+        flops = r["flops_per_s"]
+        result = f"{r['tokens_per_s']:.0f} tok/s, {gflops(flops)} GFLOP/s ({used(flops, 1)})"
+        rows.append([f"training, {name} h{hidden}, 1 thread, {precision}", result])
+    mixed = threads["mixed_pair_flops_per_s"]
+    rows.append(
         [
             f"2 concurrent 1-thread trials (additive + none luong h{hidden}), {precision}",
-            f"{gflops(threads['mixed_pair_flops_per_s'])} GFLOP/s, "
-            f"{used(threads['mixed_pair_flops_per_s'], 2)}",
-        ],
-        [
-            f"pipeline ({precision}) / per-step fp32 reference, additive h{hidden} "
-            "(luong / bahdanau)",
-            speedups,
-        ],
-        *(
+            f"{gflops(mixed)} GFLOP/s, {used(mixed, 2)}",
+        ]
+    )
+    speedups = [(precision, "speedup")] + ([("fp32", "speedup_fp32")] * (precision != "fp32"))
+    for dtype, key in speedups:  # in fp32 the two are one
+        rows.append(
             [
-                [
-                    "pipeline (fp32) / per-step fp32 reference, "
-                    f"additive h{hidden} (luong / bahdanau)",
-                    speedups_fp32,
-                ]
+                f"pipeline ({dtype}) / per-step fp32 reference, additive h{hidden} "
+                "(luong / bahdanau)",
+                " / ".join(f"{r[key]:.1f}x" for r in additive),
             ]
-            if precision != "fp32"
-            else []
-        ),  # fp32: the row above
+        )
+    rows += [
         [
             f"decoding, additive h{hidden}, greedy / beam 5 ({greedy.get('precision', 'fp32')})",
             f"{greedy['sentences_per_s']:.0f} / {beam['sentences_per_s']:.1f} sentences/s",
@@ -141,41 +124,22 @@ def summary(results: dict[str, Any]) -> list[str]:
             f"({threads['pair_over_two_threads']:.2f}x)",
         ],
     ]
-    if "speedup" in results.get("sweep", {}):
-        sweep = results["sweep"]
-        rows.append(
-            [
-                f"{sweep['two'].get('variants', '?')}-variant sweep through Ray, "
-                "2 vs 1 trials at a time",
-                f"{duration(sweep['two']['seconds'])} vs "
-                f"{duration(sweep['one']['seconds'])} ({sweep['speedup']:.2f}x)",
-            ]
-        )
     return table("measure|result", rows)
 
 
 def ceiling_section(results: dict[str, Any]) -> list[str]:
     ceiling = results["ceiling"]
     size = ceiling["one_thread"]["size"]
-    one, two, pair = ceiling["one_thread"], ceiling["two_threads"], ceiling["two_processes"]
-    rows = [
-        ["1 process x 1 thread", gflops(one["flops_per_s"]), percent(one["other_load"])],
-        ["1 process x 2 threads", gflops(two["flops_per_s"]), percent(two["other_load"])],
-        [
-            "2 processes x 1 thread, at once (sum)",
-            gflops(ceiling["two_processes_flops_per_s"]),
-            percent(pair[0]["other_load"]),
-        ],
+    arrangements = [
+        ("1 process x 1 thread", ceiling["one_thread"]),
+        ("1 process x 2 threads", ceiling["two_threads"]),
+        ("bf16, 1 process x 1 thread(s)", ceiling["bf16_one_thread"]),
+        ("bf16, 1 process x 2 thread(s)", ceiling["bf16_two_threads"]),
     ]
-    for key, threads in (("bf16_one_thread", 1), ("bf16_two_threads", 2)):
-        bf16 = ceiling[key]
-        rows.append(
-            [
-                f"bf16, 1 process x {threads} thread(s)",
-                gflops(bf16["flops_per_s"]),
-                percent(bf16["other_load"]),
-            ]
-        )
+    rows = [[name, gflops(r["flops_per_s"]), percent(r["other_load"])] for name, r in arrangements]
+    pair = ceiling["two_processes"][0]
+    total = gflops(ceiling["two_processes_flops_per_s"])
+    rows.insert(2, ["2 processes x 1 thread, at once (sum)", total, percent(pair["other_load"])])
     title = f"## 1. Ceiling: fp32 matmul {size}x{size} @ {size}x{size} (median)"
     note = (
         "Training fractions below are of the ceiling of the dtype the products run in "
@@ -232,20 +196,19 @@ def training_section(results: dict[str, Any]) -> list[str]:
         f"FLOP formula check: torch's FlopCounterMode / benchmarks.flops on each trial's "
         f"first batch = {min(ratios):.3f} - {max(ratios):.3f}.",
     ]
-    pair_rows = []
-    for r in threads["mixed_pair"]:
-        alone = find(training, r["scorer"], r["wiring"], r["hidden_size"])
-        pair_rows.append(
-            [
-                r["scorer"],
-                f"{alone['tokens_per_s']:.0f}",
-                f"{r['tokens_per_s']:.0f}",
-                gflops(r["flops_per_s"]),
-                percent(r["overlap"]),
-                percent(r["other_load"]),
-            ]
-        )
+    pair_rows = [
+        [
+            r["scorer"],
+            f"{find(training, r['scorer'], r['wiring'], r['hidden_size'])['tokens_per_s']:.0f}",
+            f"{r['tokens_per_s']:.0f}",
+            gflops(r["flops_per_s"]),
+            percent(r["overlap"]),
+            percent(r["other_load"]),
+        ]
+        for r in threads["mixed_pair"]
+    ]
     pair_rows.append(["both", "", "", gflops(threads["mixed_pair_flops_per_s"]), "", ""])
+    r = threads["mixed_pair"][-1]
     lines += [
         "",
         f"Two 1-thread trials at once (luong, hidden {r['hidden_size']}, "
@@ -287,20 +250,15 @@ def reference_section(results: dict[str, Any]) -> list[str]:
         "|loss rel. difference|other load"
     )
     title = "## 3. Pipeline vs per-step reference (benchmarks/reference.py), 1 thread"
-    bracketed = all("before" in r["pipeline"] for r in results["reference"])
     method = (
         "Side by side: each row times the pipeline right before and right after its "
         "reference trial; the speed-up is their mean over the reference."
-        if bracketed
-        else "The pipeline's tokens/s are section 2's trials, timed minutes before the reference."
     )
     return [title, "", method, ""] + table(header, rows)
 
 
 def bracket(pipeline: dict[str, Any]) -> str:
-    """The pipeline's mean tokens/s and, where timed, its trials before / after."""
-    if "before" not in pipeline:  # results written before the bracketing
-        return f"{pipeline['tokens_per_s']:.0f}"
+    """The pipeline's mean tokens/s and its trials before / after."""
     sides = (pipeline["before"]["tokens_per_s"], pipeline["after"]["tokens_per_s"])
     return f"{pipeline['tokens_per_s']:.0f} ({sides[0]:.0f} / {sides[1]:.0f})"
 
@@ -378,56 +336,6 @@ def threads_section(results: dict[str, Any]) -> list[str]:
     )
 
 
-def sweep_section(results: dict[str, Any]) -> list[str]:
-    sweep = results.get("sweep", {"skipped": "not measured"})
-    title = "## 8. Sweep scaling with Ray workers (benchmarks/sweep_scaling.py)"
-    if "skipped" in sweep:
-        return [title, "", f"Skipped: {sweep['skipped']}."]
-    one, two = sweep["one"], sweep["two"]
-    rows = [
-        [
-            run["concurrent_trials"],
-            run["variants"],
-            run["steps_per_variant"],
-            duration(run["seconds"]),
-            f"{run['trial_seconds']:.0f} s",
-            " / ".join(f"{t:.0f}" for t in run["tokens_per_s_per_trial"]),
-            percent(run["other_load_before"]),
-        ]
-        for run in (one, two)
-    ]
-    header = (
-        "trials at a time|variants|steps each|stage wall time|sum of trial times"
-        "|tokens/s per trial|other load before"
-    )
-    lines = [
-        title,
-        "",
-        "The real train stage (Ray Tune + MLflow) on the study's data, "
-        "none/dot/additive/general, one hidden size.",
-        "",
-    ]
-    return (
-        lines
-        + table(header, rows)
-        + ["", f"2 at a time / 1 at a time: {sweep['speedup']:.2f}x faster."]
-    )
-
-
-def study_section(results: dict[str, Any]) -> list[str]:
-    study = results["study"]
-    if "skipped" in study:
-        return ["## 7. Study (dvc repro)", "", f"Skipped: {study['skipped']}."]
-    rows = [[s["stage"], s["status"], duration(s["seconds"])] for s in study["stages"]]
-    rows.append(["total (first to last timestamp)", "", duration(study["total_seconds"])])
-    if "time_elapsed_seconds" in study:
-        rows.append(["`/usr/bin/time` elapsed", "", duration(study["time_elapsed_seconds"])])
-    if "time_max_rss_mib" in study:
-        rows.append(["`/usr/bin/time` maximum RSS", "", f"{study['time_max_rss_mib']:.0f} MiB"])
-    title = f"## 7. Study (dvc repro), from `{study['log']}`"
-    return [title, ""] + table("stage|status|wall time", rows)
-
-
 def render(results: dict[str, Any]) -> str:
     setup = results["setup"]
     lines = [
@@ -453,8 +361,6 @@ def render(results: dict[str, Any]) -> str:
         decoding_section,
         memory_section,
         threads_section,
-        study_section,
-        sweep_section,
     ):
         lines += [""] + section(results)
     return "\n".join(lines) + "\n"

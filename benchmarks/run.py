@@ -1,8 +1,7 @@
 """Speed and memory benchmarks of the study, side by side in one run (``make bench``).
 
-    python -m benchmarks.run                                # ~8 minutes on an idle machine
-    python -m benchmarks.run --study-log /tmp/study.log     # also per-stage dvc repro times
-    python -m benchmarks.run --quick --out /tmp/bench       # ~3.5 minutes: checks the script only
+    python -m benchmarks.run                                # ~10 minutes on an idle machine
+    python -m benchmarks.run --quick --out /tmp/bench       # tiny sizes: checks the script only
 
 Measures, each trial in its own process (``benchmarks.worker``):
 
@@ -19,10 +18,7 @@ Measures, each trial in its own process (``benchmarks.worker``):
    on 300 test sentences, with the study's trained checkpoints when ``models/`` has them;
 5. peak RSS of every trial;
 6. threads: 2 concurrent 1-thread trials vs 1 trial with 2 threads; 2 concurrent trials
-   (additive and none) as a fraction of the 2-thread ceiling;
-7. with ``--study-log``: per-stage wall times of a ``dvc repro`` log;
-8. the grid's scaling with Ray workers: a 4-variant sweep through the real train stage
-   (Ray Tune, MLflow) with 1 and with 2 trials at a time (``benchmarks.sweep_scaling``).
+   (additive and none) as a fraction of the 2-thread ceiling.
 
 Training trials time ``--steps`` steps (default 8) after ``--warmup`` (default 8);
 concurrent trials start together (a barrier) and time ``--window-seconds``. Every trial
@@ -39,16 +35,13 @@ import json
 import logging
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks import sweep_scaling
 from benchmarks.markdown import render
-from benchmarks.study_log import parse_study_log
 from benchmarks.trials import ROOT, TrialRunner, cpu_model, other_load
 from pipeline.config.params import EvaluateConfig
 from pipeline.io import write_text
@@ -91,8 +84,7 @@ def measure_ceiling(args, runner: TrialRunner) -> dict[str, Any]:
     bf16 = {n: runner.one({**spec, "threads": n, "dtype": "bf16"}) for n in (1, 2)}
     logger.info(
         "bf16 matmul 1 / 2 threads: %.1f / %.1f GFLOP/s",
-        bf16[1]["flops_per_s"] / 1e9,
-        bf16[2]["flops_per_s"] / 1e9,
+        *(bf16[n]["flops_per_s"] / 1e9 for n in (1, 2)),
     )
     return {
         "one_thread": one,
@@ -121,16 +113,9 @@ def measure_training(args, runner: TrialRunner, ceiling: dict[str, Any]) -> list
         row["ceiling_fraction"] = row["flops_per_s"] / ceiling["one_thread"]["flops_per_s"]
         rows.append(row)
         logger.info(
-            "training %d/%d %s %s h%d: %.0f tok/s, %.1f GFLOP/s (%.0f%%), %.0f MiB",
-            number,
-            len(cases),
-            scorer,
-            wiring,
-            hidden,
-            row["tokens_per_s"],
-            row["flops_per_s"] / 1e9,
-            100 * row["ceiling_fraction"],
-            row["peak_rss_mib"],
+            "training %d/%d %s %s h%d: %.0f tok/s, %.0f%% of the ceiling",
+            *(number, len(cases), scorer, wiring, hidden),
+            *(row["tokens_per_s"], 100 * row["ceiling_fraction"]),
         )
     return rows
 
@@ -165,16 +150,8 @@ def measure_reference(args, runner: TrialRunner) -> list[dict[str, Any]]:
                 }
             )
             logger.info(
-                "reference %s %s h%d: %.0f tok/s; pipeline %.0f / %.0f tok/s before / after, "
-                "%.2fx, fp32 %.2fx (loss diff %.1e)",
-                scorer,
-                wiring,
-                hidden,
-                reference["tokens_per_s"],
-                before["tokens_per_s"],
-                after["tokens_per_s"],
-                speedup,
-                rows[-1]["speedup_fp32"],
+                "reference %s %s h%d: pipeline %.2fx, in fp32 %.2fx (loss difference %.1e)",
+                *(scorer, wiring, hidden, speedup, rows[-1]["speedup_fp32"]),
                 reference["loss_relative_difference"],
             )
     return rows
@@ -195,10 +172,7 @@ def measure_threads(args, runner: TrialRunner, ceiling: dict[str, Any]) -> dict[
     pair_tokens = sum(r["tokens_per_s"] for r in pair)
     logger.info(
         "additive h%d: alone %.0f, 2 x 1 thread %.0f, 1 x 2 threads %.0f tok/s",
-        hidden,
-        alone["tokens_per_s"],
-        pair_tokens,
-        two_threads["tokens_per_s"],
+        *(hidden, alone["tokens_per_s"], pair_tokens, two_threads["tokens_per_s"]),
     )
     return {
         "mixed_pair": mixed,
@@ -234,11 +208,7 @@ def measure_decoding(args, runner: TrialRunner) -> list[dict[str, Any]]:
         for search in row["searches"]:
             logger.info(
                 "decoding %s h%d beam %d: %.1f sentences/s (%s)",
-                scorer,
-                hidden,
-                search["beam_size"],
-                search["sentences_per_s"],
-                row["model"],
+                *(scorer, hidden, search["beam_size"], search["sentences_per_s"], row["model"]),
             )
     return rows
 
@@ -268,7 +238,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "run")
     parser.add_argument("--tok-dir", type=Path, default=ROOT / "data" / "tok")
     parser.add_argument("--models", type=Path, default=ROOT / "models")
-    parser.add_argument("--study-log", type=Path, help="a `dvc repro` console log to time")
     parser.add_argument("--hidden-sizes", type=int, nargs="+", default=[128, 256])
     parser.add_argument("--embedding-size", type=int, default=256)
     parser.add_argument("--batch-tokens", type=int, default=3000)
@@ -296,9 +265,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="the pipeline's train/evaluate.precision (the reference always runs fp32)",
     )
-    parser.add_argument(
-        "--sweep-steps", type=int, default=150, help="steps per variant of section 8 (0: skip)"
-    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script")
     args = parser.parse_args(argv)
     args.precision = resolve(args.precision, "cpu")
@@ -308,7 +274,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.matmul_size, args.matmul_seconds, args.decode_sentences = 256, 0.2, 20
         args.models = Path("/nonexistent")  # the study's models are hidden 128/256
         args.busy_budget_seconds = 0.0
-        args.sweep_steps = min(args.sweep_steps, 5)
     args.tok_dir, args.models = args.tok_dir.resolve(), args.models.resolve()
     return args
 
@@ -325,19 +290,6 @@ def main(argv: list[str] | None = None) -> None:
     results["reference"] = measure_reference(args, runner)
     results["threads"] = measure_threads(args, runner, ceiling)
     results["decoding"] = measure_decoding(args, runner)
-    if args.sweep_steps:
-        runner.wait_for_quiet()
-        try:
-            results["sweep"] = sweep_scaling.measure(args.tok_dir, args.sweep_steps, args.quick)
-        except (RuntimeError, subprocess.CalledProcessError) as err:  # keep sections 1-7
-            logger.error("sweep scaling failed: %s", err)
-            results["sweep"] = {"skipped": f"failed: {err}"}
-    else:
-        results["sweep"] = {"skipped": "--sweep-steps 0"}
-    if args.study_log:
-        results["study"] = parse_study_log(args.study_log)
-    else:
-        results["study"] = {"skipped": "no --study-log given"}
     results["setup"]["run_seconds"] = time.perf_counter() - started
     results["setup"]["busy_seconds_spent"] = runner.spent_seconds
     write_text(args.out / "latest.json", json.dumps(results, indent=1) + "\n")  # atomic

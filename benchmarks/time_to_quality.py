@@ -7,12 +7,9 @@ on ``data/tok``, the default corpus), and JoeyNMT 2.3 on the same train/dev spli
 Runs go two at a time (this machine has two cores), so each pair is measured side by
 side. Each run records its curve: the trainer's own greedy dev BLEU on the first 300 dev
 sentences (detokenized, sacreBLEU) at every evaluation, against minutes since training
-started (evaluation time included, for both toolkits). Our runs also *probe* dev BLEU
-every 25 steps up to step 750 (``--probe-every``, ``--probe-until``; :func:`probed`): the
-same score between the trainer's evaluations, taken off its clock, so that the minutes to
-dev BLEU 8 (about a minute for ours) are not read at the 0.65-minute spacing of its
-evaluations. The summary gives how many times sooner than JoeyNMT each additive run
-reached dev BLEU 8, and the range the two curves' spacing leaves for that ratio.
+started (evaluation time included, for both toolkits; :class:`TimeBudget` ends our runs,
+a signal JoeyNMT's). The summary gives how many times sooner than JoeyNMT each additive
+run reached dev BLEU 8, and the range the two curves' spacing leaves for that ratio.
 
     python -m benchmarks.time_to_quality --minutes 12           # about 25 minutes here
     python -m benchmarks.time_to_quality --minutes 12 \
@@ -43,17 +40,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.revisions import worktree
 from benchmarks.trials import ROOT, cpu_model, other_load
 from pipeline.io import write_json, write_text
 from pipeline.train.trainer import TrainCallback
+from tools.revisions import worktree
 
 logger = logging.getLogger("benchmarks.time_to_quality")
 RESULTS = ROOT / "benchmarks" / "results"
-MODELS = {"additive": "additive-fwd-h256-s1", "none": "none-fwd-h256-s1"}
-"""Our runs, and the committed study variant whose 3rd-epoch dev BLEU is its target."""
+TARGETS = {"additive": 17.82, "none": 2.33}
+"""Our runs' scorers, and each one's target: the dev BLEU that the reference trainer (git
+tag ``reference-trainer``) reached at the end of its 3rd epoch in the study committed with
+it (additive-fwd-h256-s1 and the init-only none-fwd-h256-s1, ``models/<id>/history.csv``
+of that commit)."""
 PEER_BLEU = 8.0
-"""The dev BLEU at which ours and the peer are compared (the issue's measurement)."""
+"""The dev BLEU at which ours and the peer are compared (JoeyNMT reaches it in 12 minutes)."""
 
 
 # ------------------------------------------------------------------------ worker
@@ -61,11 +61,11 @@ def worker(spec: dict[str, Any]) -> None:
     """One run of our trainer at one thread; prints one JSON line per dev evaluation."""
     import torch
 
-    from benchmarks.workloads import study_variant
     from pipeline.config import load_config
+    from pipeline.config.grid import Variant, apply_point
     from pipeline.runtime.precision import resolve
     from pipeline.runtime.process import prepare_process
-    from pipeline.train.trainer import OnEvaluation, TimeLimit, train_variant
+    from pipeline.train.trainer import OnEvaluation, train_variant
 
     torch.set_num_threads(1)
     prepare_process()
@@ -80,86 +80,50 @@ def worker(spec: dict[str, Any]) -> None:
         "precision": resolve(config.train.precision, "cpu"),
         **spec.get("overrides", {}),
     }
-    variant = study_variant(config, spec["name"], {"scorer": spec["scorer"]}, overrides)
+    axes = {"scorer": spec["scorer"]}
+    variant = Variant(spec["name"], *apply_point(config, overrides, where="--set"), axes)
 
     def report(row: dict[str, Any]) -> None:
         print(json.dumps({"row": row}), flush=True)
 
-    probes = spec.get("probes")
+    callbacks = [OnEvaluation(report), TimeBudget(60 * spec["minutes"])]
     with tempfile.TemporaryDirectory(prefix="ttq-") as folder:
-        callbacks = [OnEvaluation(report)]
-        if probes:
-            callbacks.append(Probe(probes["every"], probes["until"]))
-        result = train_variant(
-            variant,
-            ROOT / "data" / "tok",
-            Path(folder),
-            callbacks=callbacks,
-            time_limit=TimeLimit(60 * spec["minutes"], fail=False),
-        )
+        result = train_variant(variant, ROOT / "data" / "tok", Path(folder), callbacks=callbacks)
     print(json.dumps({"tokens_per_s": result.tokens_per_s, "steps": result.steps}), flush=True)
 
 
-class Probe(TrainCallback):
-    """A :class:`~pipeline.train.trainer.TrainCallback` that also scores dev BLEU every
-    ``every`` steps up to step ``until`` (a finer curve than the trainer's own
-    evaluations), printing ``{"probe": row}`` lines.
+class TimeBudget(TrainCallback):
+    """Stops training (stop reason ``time_limit``; the trainer's final evaluation follows)
+    once ``seconds`` of wall clock have passed since training started, evaluations
+    included: the clock of the curves, as JoeyNMT's budget counts from its start.
 
-    A probe is measurement, not training: the same greedy dev BLEU as an evaluation, on the
-    evaluated model, but it feeds no checkpoint, learning-rate decay or early stopping, it
-    draws no random numbers, and its time is off the trainer's clock (its wall time, and
-    so the time limit, run as without it). The trainer's own evaluations stay on the
-    clock. Steps where the trainer evaluates anyway are not probed (an epoch's last step
-    may be probed and then evaluated: the same model, scored twice)."""
+    The origin is the trainer's own: each evaluation row's ``wall_time``; before the first
+    evaluation, the first step's end less the time spent in training steps so far."""
 
-    def __init__(self, every: int, until: int):
-        self.every, self.until = every, until
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.origin: float | None = None  # time.perf_counter() at the trainer's time 0
 
     def on_step(self, trainer, step: int) -> None:
-        regular = trainer.cfg.eval_every_steps
-        if step % self.every or step > self.until or (regular and step % regular == 0):
-            return
-        start = time.perf_counter()
-        with trainer.off_the_clock():
-            bleu = trainer.dev_bleu()
-        row = {
-            "epoch": trainer.progress.epoch,
-            "step": step,
-            "dev_bleu": bleu,
-            "wall_time": trainer.wall_time(),
-            "tokens_per_s": None,
-            "probe": True,
-            "probe_seconds": round(time.perf_counter() - start, 2),
-        }
-        print(json.dumps({"probe": row}), flush=True)
+        if self.origin is None:
+            self.origin = time.perf_counter() - trainer.progress.total.seconds
+        if time.perf_counter() - self.origin >= self.seconds:
+            trainer.stop("time_limit")
+
+    def on_evaluation(self, trainer, row: dict[str, Any]) -> None:
+        self.origin = time.perf_counter() - row["wall_time"]
 
 
 # ------------------------------------------------------------------------ driver
-def _ours(
-    name: str, scorer: str, minutes: float, overrides: dict[str, Any], probes: dict[str, int]
-) -> dict[str, Any]:
-    spec = {
-        "name": name,
-        "scorer": scorer,
-        "minutes": minutes,
-        "overrides": overrides,
-        "probes": probes,
-    }
+def _ours(name: str, scorer: str, minutes: float, overrides: dict[str, Any]) -> dict[str, Any]:
+    spec = {"name": name, "scorer": scorer, "minutes": minutes, "overrides": overrides}
     command = [sys.executable, "-m", "benchmarks.time_to_quality", "--worker", json.dumps(spec)]
     return {"name": name, "kind": "ours", "command": command}
 
 
 def _peer(minutes: float, out: Path) -> dict[str, Any]:
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.peer.joeynmt",
-        "--minutes",
-        str(minutes),
-        "--out",
-        str(out),
-    ]
-    return {"name": "joeynmt", "kind": "peer", "command": command, "out": out}
+    command = [sys.executable, "-m", "benchmarks.peer.joeynmt", "--minutes", str(minutes)]
+    return {"name": "joeynmt", "kind": "peer", "command": [*command, "--out", str(out)], "out": out}
 
 
 def _run_pair(runs: list[dict[str, Any]]) -> None:
@@ -181,7 +145,7 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
         returncode = process.returncode
         if run["kind"] == "ours":
             lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
-            rows = [x.get("row") or x["probe"] for x in lines if "row" in x or "probe" in x]
+            rows = [x["row"] for x in lines if "row" in x]
             run["curve"] = [
                 {
                     "minutes": r["wall_time"] / 60,
@@ -189,7 +153,6 @@ def _run_pair(runs: list[dict[str, Any]]) -> None:
                     "step": r["step"],
                     "dev_bleu": r["dev_bleu"],
                     "tokens_per_s": r["tokens_per_s"],
-                    **{k: r[k] for k in ("probe", "probe_seconds") if k in r},
                 }
                 for r in rows
             ]
@@ -262,18 +225,6 @@ def trend_time_to(curve: list[dict[str, Any]], target: float) -> float | None:
     return time_to(trend, target - 1e-9)  # a pooled mean may round just below the target
 
 
-TARGETS = {"additive": 17.82, "none": 2.33}
-"""The reference: the dev BLEU that the reference trainer (git tag ``reference-trainer``)
-reached at the end of its 3rd epoch in the study committed with it (additive-fwd-h256-s1
-and the init-only none-fwd-h256-s1, ``models/<id>/history.csv`` of that commit)."""
-
-
-def third_epoch_bleu(variant_id: str) -> float | None:
-    """The target of ``variant_id``'s scorer (:data:`TARGETS`)."""
-    scorer = next((s for s, v in MODELS.items() if v == variant_id), None)
-    return TARGETS.get(scorer)
-
-
 def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
     from pydantic import ValidationError
 
@@ -300,8 +251,8 @@ def parse_sets(values: list[str]) -> dict[str, dict[str, Any]]:
             key = ".".join(str(part) for part in first["loc"])
             raise SystemExit(f"error: --set {name}.{key}: {first['msg']}") from None
         only = only_scorer(name)
-        if only and only not in MODELS:
-            raise SystemExit(f"error: --set {name}: scorer after @ must be one of {list(MODELS)}")
+        if only and only not in TARGETS:
+            raise SystemExit(f"error: --set {name}: scorer after @ must be one of {list(TARGETS)}")
         sets[name] = overrides
     return sets
 
@@ -315,21 +266,20 @@ def plan_runs(args, sets: dict[str, dict[str, Any]], tree: Path | None, scratch:
     """Our runs (each ``--set`` for each scorer, the ``--rev`` run beside the defaults) and
     the peer, in the order they go two at a time."""
     runs = []
-    probes = {"every": args.probe_every, "until": args.probe_until} if args.probe_every else {}
     for name, overrides in sets.items():
         for scorer in args.scorers:
             if only_scorer(name) not in ("", scorer):
                 continue
             runs.append(
                 {
-                    **_ours(f"{scorer}-{name}", scorer, args.minutes, overrides, probes),
+                    **_ours(f"{scorer}-{name}", scorer, args.minutes, overrides),
                     "overrides": overrides,
                 }
             )
             if tree is not None and name == "defaults":  # the revision's run, beside it
                 runs.append(
                     {
-                        **_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}, {}),
+                        **_ours(f"{scorer}-rev-{args.rev}", scorer, args.minutes, {}),
                         "overrides": {},
                         "revision": args.rev,
                         "cwd": tree,
@@ -345,22 +295,11 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--minutes", type=float, default=12.0)
     cli.add_argument("--no-peer", action="store_true", help="skip JoeyNMT")
     cli.add_argument("--set", action="append", default=[], metavar="NAME:KEY=VALUE,...")
-    cli.add_argument("--scorers", nargs="+", default=list(MODELS), choices=list(MODELS))
+    cli.add_argument("--scorers", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     cli.add_argument(
         "--rev",
         help="also run each scorer with the trainer and params.yaml of this git revision "
-        "(e.g. the issue day's trainer), each paired with today's defaults",
-    )
-    cli.add_argument(
-        "--probe-every",
-        type=int,
-        default=25,
-        metavar="STEPS",
-        help="our runs (not --rev's) also score dev BLEU every STEPS steps, off the clock, "
-        "for a finer early curve (0: only the trainer's evaluations)",
-    )
-    cli.add_argument(
-        "--probe-until", type=int, default=750, metavar="STEP", help="the last step probed"
+        "(e.g. the tag reference-trainer), each paired with today's defaults",
     )
     cli.add_argument(
         "--render",
@@ -398,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
         runs = plan_runs(args, sets, tree, scratch)
         idle = other_load(1.0)
         started = time.time()
-        targets = {s: third_epoch_bleu(v) for s, v in MODELS.items()}
+        targets = dict(TARGETS)
         results = {
             "cpu": cpu_model(),
             "minutes_per_run": args.minutes,
@@ -503,16 +442,9 @@ def render(results: dict[str, Any]) -> str:
                 f"crossed in ({peer_low:.2f}, {peer_high:.2f}], ours in ({ours_low:.2f}, "
                 f"{ours_high:.2f}]); by the trends {_fmt(ratio.get('trend'))}x"
             )
-    lines += ["", "Curves (minutes: dev BLEU; probes, off the trainer's clock, in italics):", ""]
+    lines += ["", "Curves (minutes: dev BLEU):", ""]
     for run in results["runs"]:
-        points = ", ".join(
-            (
-                f"*{p['minutes']:.2f}: {p['dev_bleu']:.1f}*"
-                if p.get("probe")
-                else f"{p['minutes']:.1f}: {p['dev_bleu']:.1f}"
-            )
-            for p in run["curve"]
-        )
+        points = ", ".join(f"{p['minutes']:.1f}: {p['dev_bleu']:.1f}" for p in run["curve"])
         lines.append(f"- **{run['name']}**: {points}")
     return "\n".join(lines) + "\n"
 

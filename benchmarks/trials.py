@@ -87,12 +87,7 @@ def cpu_model() -> str:
 
 def _start(spec: dict[str, Any], wait: bool) -> subprocess.Popen:
     threads = str(spec.get("threads", 1))
-    env = {
-        **os.environ,
-        **spec.get("env", {}),  # a trial's own variables (e.g. oneDNN's)
-        "OMP_NUM_THREADS": threads,
-        "MKL_NUM_THREADS": threads,
-    }
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     command = [sys.executable, "-m", "benchmarks.worker", json.dumps({**spec, "wait": wait})]
     return subprocess.Popen(
         command, cwd=ROOT, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE

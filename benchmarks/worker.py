@@ -17,7 +17,6 @@ import logging
 import os
 import resource
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,8 @@ import numpy as np
 import torch
 
 from benchmarks import workloads
-from benchmarks.trials import ROOT
 from pipeline.config.params import ModelConfig
-from pipeline.runtime.allocator import tune_allocator
-from pipeline.runtime.onednn import size_primitive_cache
+from pipeline.runtime.process import prepare_process
 
 logger = logging.getLogger("benchmarks.worker")
 
@@ -60,11 +57,14 @@ def barrier(spec: dict[str, Any]) -> Callable[[], None] | None:
 
 
 def model_config(spec: dict[str, Any]) -> ModelConfig:
+    """The benchmark's model: GRU cells (the per-step reference's), dropout 0.2."""
     return ModelConfig(
         scorer=spec["scorer"],
         wiring=spec.get("wiring", "luong"),
         hidden_size=spec["hidden_size"],
         embedding_size=spec["embedding_size"],
+        cell="gru",
+        dropout=0.2,
     )
 
 
@@ -138,53 +138,9 @@ def load_trained(spec: dict[str, Any], config: ModelConfig):
     return model, "untrained (random weights; no checkpoint)"
 
 
-def run_train_order(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec["steps"]`` steps in training's own order: params.yaml's batches and
-    curriculum, epoch after epoch, each batch built when its step comes (as the trainer
-    does), timed in windows of ``spec["window"]`` steps (``benchmarks.primitive_cache``)."""
-    from pipeline.config import load_config
-    from pipeline.data.batching import epoch_batches, make_batch
-    from pipeline.data.dataset import TokenizedSplit
-
-    split = TokenizedSplit.load(Path(spec["tok_dir"]) / "train.npz")
-    train = load_config(ROOT / "params.yaml").train
-    order: list = []
-    epoch = 1
-    while len(order) < spec["steps"]:
-        order += epoch_batches(
-            split,
-            train.batch_tokens,
-            seed=train.seed,
-            epoch=epoch,
-            curriculum_steps=train.curriculum_steps,
-        )
-        epoch += 1
-    model = workloads.build_model("pipeline", model_config(spec), workloads.VOCAB_SIZE)
-    optimizer = workloads.make_optimizer("pipeline", model)
-    wait = barrier(spec)
-    if wait is not None:
-        wait()
-    windows, tokens, window_start = [], 0, time.time()
-    start = first = time.perf_counter()
-    for step in range(spec["steps"]):
-        batch = make_batch(split, order[step])
-        tokens += workloads.training_step(model, optimizer, batch, spec["precision"])
-        if (step + 1) % spec["window"] == 0 or step + 1 == spec["steps"]:
-            now = time.perf_counter()
-            windows.append({"steps": step + 1, "seconds": now - start, "tokens": tokens})
-            start, tokens = now, 0
-    return {
-        "seconds": time.perf_counter() - first,
-        "windows": windows,
-        "window_start": window_start,
-        "window_end": time.time(),
-    }
-
-
 KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "matmul": run_matmul,
     "train": run_train,
-    "train_order": run_train_order,
     "decode": run_decode,
 }
 """Spec ``kind`` -> the function that runs it and returns its numbers."""
@@ -196,18 +152,9 @@ def main() -> None:
     threads = int(spec.get("threads", 1))
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
-    # the pipeline's allocator settings (pipeline.runtime.allocator) for every implementation,
-    # the reference included; "allocator": "default" keeps glibc's (benchmarks.allocator)
-    tuned = spec.get("allocator", "tuned") == "tuned" and tune_allocator()
-    size_primitive_cache()  # as training and decoding do (pipeline.runtime.onednn)
+    settings = prepare_process()  # as a training trial, the reference's workers included
     result = KINDS[spec["kind"]](spec)
-    system_seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime
-    result.update(
-        threads=threads,
-        peak_rss_mib=peak_rss_mib(),
-        allocator_tuned=tuned,
-        system_seconds=system_seconds,
-    )
+    result.update(threads=threads, peak_rss_mib=peak_rss_mib(), **settings)
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -1,7 +1,7 @@
 """What the benchmarks time, in-process: data, models, training steps, decoding, matmul.
 
 ``benchmarks.worker`` runs one of these per subprocess (fresh interpreter, its own thread
-count, its own peak RSS); ``benchmarks.train_throughput`` calls them directly.
+count, its own peak RSS); ``tools.profile_step`` calls them directly.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -19,8 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.flops import BatchShape, training_flops
 from benchmarks.reference import ReferenceSeq2Seq
-from pipeline.config.grid import Variant, apply_point
-from pipeline.config.params import Config, EvaluateConfig, ModelConfig, TrainConfig
+from pipeline.config.params import EvaluateConfig, ModelConfig, TrainConfig
 from pipeline.data.batching import Batch, epoch_batches, make_batch
 from pipeline.data.dataset import TokenizedSplit
 from pipeline.evaluate.decode import decode_split
@@ -35,14 +33,6 @@ CLIP_NORM = 1.0  # train.clip_norm
 LEARNING_RATE = 2e-3  # train.learning_rate
 MAX_DECODE_RATIO = 2.0  # train.max_decode_ratio
 IMPLEMENTATIONS: dict[str, type[nn.Module]] = {"pipeline": Seq2Seq, "reference": ReferenceSeq2Seq}
-
-
-def study_variant(
-    config: Config, name: str, axes: dict[str, Any], overrides: dict[str, Any]
-) -> Variant:
-    """A variant of ``config``'s model and train settings with ``overrides`` applied, as a
-    grid point applies its axes (:func:`pipeline.config.grid.apply_point`)."""
-    return Variant(name, *apply_point(config, overrides, where="--set"), axes)
 
 
 def random_corpus(sentences: int, vocab: int, seed: int) -> TokenizedSplit:

@@ -115,10 +115,14 @@ def test_each_package_imports_only_what_its_docstring_allows(package):
     assert used <= allowed, f"pipeline/{package} imports {sorted(used - allowed)}"
 
 
-def test_benchmarks_use_no_private_name_of_the_package():
-    """Benchmarks drive the public API (callbacks, functions), never internals."""
+SCRIPTS = ("benchmarks", "tools")
+"""Folders of code that runs from a checkout and is not part of the package."""
+
+
+def test_benchmarks_and_tools_use_no_private_name_of_the_package():
+    """Benchmarks and tools drive the public API (callbacks, functions), never internals."""
     offenders = []
-    for path in (REPO_ROOT / "benchmarks").rglob("*.py"):
+    for path in (p for folder in SCRIPTS for p in (REPO_ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeline"):
                 offenders += [f"{path.name}: {a.name}" for a in node.names if a.name[0] == "_"]
@@ -127,15 +131,16 @@ def test_benchmarks_use_no_private_name_of_the_package():
     assert not offenders, offenders
 
 
-BENCHMARKS = sorted(
+SCRIPT_MODULES = sorted(
     ".".join(p.relative_to(REPO_ROOT).with_suffix("").parts)
-    for p in (REPO_ROOT / "benchmarks").rglob("*.py")
+    for folder in SCRIPTS
+    for p in (REPO_ROOT / folder).rglob("*.py")
     if p.name != "__init__.py"
 )
 
 
-@pytest.mark.parametrize("module", BENCHMARKS)
-def test_every_benchmark_module_imports(module):
-    """A benchmark is not run by the tests, but a moved or renamed name it imports
+@pytest.mark.parametrize("module", SCRIPT_MODULES)
+def test_every_benchmark_and_tool_module_imports(module):
+    """A benchmark or tool is not run by the tests, but a moved or renamed name it imports
     fails here rather than on the next user's run."""
     assert importlib.import_module(module).__name__ == module

@@ -1,7 +1,7 @@
 """Every figure the README quotes is checked against the file it comes from.
 
 The results block (``tools.readme_block``) and the two-commands table
-(``benchmarks.first_run``) are generated and checked whole. Every other number in the
+(``tools.first_run``) are generated and checked whole. Every other number in the
 README's prose must be matched by one of the FIGURES below, each of which compares what
 the README says with the committed outputs (``metrics/``, ``reports/``,
 ``benchmarks/results/``) or the configuration it describes; a number that no check covers
@@ -22,11 +22,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks import first_run
 from pipeline.config import load_config
 from pipeline.config.grid import expand_grid
 from tests.support import REPO_ROOT
-from tools import readme_block
+from tools import first_run, readme_block
 
 README = REPO_ROOT / "README.md"
 GENERATED = [(readme_block.START, readme_block.END), (first_run.START, first_run.END)]

@@ -1,15 +1,14 @@
-"""The time-to-quality benchmark's statistics and probes (the benchmark itself is not a test)."""
+"""The time-to-quality benchmark's statistics and time budget (the benchmark itself is not a
+test)."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
-
-import torch
+from types import SimpleNamespace
 
 from benchmarks.time_to_quality import (
-    Probe,
+    TimeBudget,
     _run_pair,
     crossing_bracket,
     render,
@@ -20,7 +19,6 @@ from benchmarks.time_to_quality import (
 )
 from pipeline.config.grid import Variant
 from pipeline.config.params import TrainConfig
-from pipeline.train import trainer as training
 from pipeline.train.trainer import train_variant
 
 
@@ -64,61 +62,40 @@ def test_speedup_brackets_the_true_crossings():
     assert speedup(peer, ours, 6.0)["high"] == float("inf")
 
 
-def test_probes_leave_training_unchanged_and_print_a_finer_curve(
-    tiny_tok_dir, tiny_model_config, tmp_path, capsys
+def test_the_time_budget_ends_training_with_one_final_evaluation(
+    tiny_tok_dir, tiny_model_config, tmp_path
 ):
-    """A probe only measures: same history and weights as without it, its rows on stdout."""
-    model = tiny_model_config(scorer="additive", dropout=0.1)
-    config = TrainConfig(
-        batch_tokens=60,
-        learning_rate=0.01,
-        max_epochs=2,
-        patience=5,
-        eval_every_steps=4,
-        dev_bleu_sentences=8,
-    )
-    variant = Variant("additive-fwd-h32-s1", model, config, {"scorer": "additive"})
-    plain = train_variant(variant, tiny_tok_dir, tmp_path / "plain")
-    capsys.readouterr()
-    probed_run = train_variant(
-        variant, tiny_tok_dir, tmp_path / "probed", callbacks=[Probe(every=2, until=9)]
-    )
-    probes = [json.loads(x)["probe"] for x in capsys.readouterr().out.splitlines()]
-    assert [p["step"] for p in probes] == [2, 6]  # 4 and 8 are the trainer's evaluations
-    assert all(0 <= p["dev_bleu"] <= 100 and p["probe_seconds"] >= 0 for p in probes)
-    timing = {"tokens_per_s", "wall_time"}
-    assert [{k: v for k, v in r.items() if k not in timing} for r in plain.history] == [
-        {k: v for k, v in r.items() if k not in timing} for r in probed_run.history
-    ]
-    first = torch.load(tmp_path / "plain" / "last.pt", weights_only=False)["model"]
-    second = torch.load(tmp_path / "probed" / "last.pt", weights_only=False)["model"]
-    assert all(torch.equal(first[k], second[k]) for k in first)
-
-
-def test_probe_time_is_off_the_trainer_clock(
-    tiny_tok_dir, tiny_model_config, tmp_path, capsys, monkeypatch
-):
-    """The run's wall time (and so its time budget) leaves out what the probes took."""
+    """A spent budget stops training after the current step (the trainer's stop), then the
+    trainer evaluates once more; the run counts as stopped by time, not plateaued."""
     model = tiny_model_config(scorer="dot", dropout=0.0)
-    config = TrainConfig(batch_tokens=60, max_epochs=1, eval_every_steps=0, dev_bleu_sentences=4)
+    config = TrainConfig(batch_tokens=60, max_epochs=5, eval_every_steps=0, dev_bleu_sentences=4)
     variant = Variant("dot-fwd-h32-s1", model, config, {"scorer": "dot"})
-    real_bleu = training.dev_bleu
-    probe_seconds = 0.3
+    result = train_variant(variant, tiny_tok_dir, tmp_path, callbacks=[TimeBudget(0.0)])
+    assert (result.steps, result.stop_reason, result.plateaued) == (1, "time_limit", False)
+    assert [row["step"] for row in result.history] == [1]
 
-    def slow_bleu(*args, **kwargs):
-        time.sleep(probe_seconds)
-        return real_bleu(*args, **kwargs)
 
-    monkeypatch.setattr(training, "dev_bleu", slow_bleu)  # the epoch-end evaluation too
-    started = time.perf_counter()
-    result = train_variant(variant, tiny_tok_dir, tmp_path, callbacks=[Probe(every=1, until=3)])
-    elapsed = time.perf_counter() - started
-    probes = [json.loads(x)["probe"] for x in capsys.readouterr().out.splitlines()]
-    assert [p["step"] for p in probes] == [1, 2, 3]
-    assert all(p["probe_seconds"] >= probe_seconds for p in probes)
-    # three probes' sleeps are off the clock; the evaluation's one is on it
-    assert elapsed - result.wall_time_s >= 3 * probe_seconds
-    assert result.wall_time_s >= probe_seconds
+class _Trainer:
+    def __init__(self, step_seconds: float):
+        self.progress = SimpleNamespace(total=SimpleNamespace(seconds=step_seconds))
+        self.stopped: str | None = None
+
+    def stop(self, reason: str) -> None:
+        self.stopped = reason
+
+
+def test_the_time_budget_counts_on_the_trainers_clock():
+    """Before the first evaluation the clock starts at the first step's start; each
+    evaluation's wall time (evaluations included) then sets it."""
+    budget, trainer = TimeBudget(10.0), _Trainer(step_seconds=9.0)
+    budget.on_step(trainer, 1)
+    assert trainer.stopped is None  # 9 s of 10 spent
+    budget.on_evaluation(trainer, {"wall_time": 10.5})
+    budget.on_step(trainer, 2)
+    assert trainer.stopped == "time_limit"
+    late = _Trainer(step_seconds=11.0)
+    TimeBudget(10.0).on_step(late, 1)
+    assert late.stopped == "time_limit"
 
 
 def test_a_failed_run_is_recorded_and_its_partner_kept(tmp_path):

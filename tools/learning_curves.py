@@ -4,11 +4,11 @@ plateau rule (docs/budget.md, "Calibration").
 Trains study variants of ``params.yaml`` (grid points by id, or every default variant) for
 a fixed number of optimizer steps with early stopping switched off, evaluating on dev every
 ``--eval-every`` steps, several variants at once in separate processes. Each variant's
-``history.csv`` lands in ``<out>/<variant>/``; ``benchmarks.plateau_calibration`` replays
+``history.csv`` lands in ``<out>/<variant>/``; ``tools.plateau_calibration`` replays
 the plateau rule on them.
 
-    python -m benchmarks.learning_curves --steps 12000 --jobs 2 --out /tmp/curves
-    python -m benchmarks.learning_curves --device cuda --jobs 12 --ids additive-fwd-h256-s1 ...
+    python -m tools.learning_curves --steps 12000 --jobs 2 --out /tmp/curves
+    python -m tools.learning_curves --device cuda --jobs 12 --ids additive-fwd-h256-s1 ...
 
 Drives ``pipeline.train.trainer.train_variant`` directly (no Ray, MLflow or DVC), so it also
 runs on a machine that has only torch. Not part of the tests.
@@ -29,7 +29,7 @@ import torch
 from pipeline.config import load_config
 from pipeline.config.grid import expand_grid
 
-logger = logging.getLogger("benchmarks.learning_curves")
+logger = logging.getLogger("tools.learning_curves")
 
 
 def _train(variant, tok_dir: str, out_dir: str, device: str, threads: int) -> tuple[str, float]:

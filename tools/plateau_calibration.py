@@ -2,14 +2,14 @@
 what step cap does that call for (docs/budget.md, "Calibration")?
 
 Reads stacked histories (``eval/learning_curves.csv`` of a study, or the
-``history.csv`` files under a ``benchmarks.learning_curves`` output folder), feeds each
+``history.csv`` files under a ``tools.learning_curves`` output folder), feeds each
 variant's dev evaluations in order through the trainer's own rule (torch's
 ``ReduceLROnPlateau`` and :class:`pipeline.train.trainer.Plateau`, with ``params.yaml``'s
 ``train`` settings or ``--set`` overrides), and prints the step at which the rule stops
 it, the median over variants and the cap of ``--cap-factor`` x that median.
 
-    python -m benchmarks.plateau_calibration eval/learning_curves.csv
-    python -m benchmarks.plateau_calibration /tmp/curves --set patience=6
+    python -m tools.plateau_calibration eval/learning_curves.csv
+    python -m tools.plateau_calibration /tmp/curves --set patience=6
 
 A curve recorded under the same settings replays exactly (the study's own curves: the
 replayed stop is the step the trainer stopped at). A curve recorded under other settings

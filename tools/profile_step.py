@@ -2,9 +2,9 @@
 
 Profiles ``--steps`` training steps (after ``--warmup``, and one untimed step on each
 profiled batch so that their oneDNN primitives are built: ``workloads.prebuild``) of one
-model on the batches ``benchmarks.train_throughput`` uses, at one thread, and prints the
-operators with the
-most self time, then the matrix products grouped by role:
+model on the batches ``benchmarks.run`` trains on (``benchmarks.workloads``), at one
+thread, and prints the operators with the most self time, then the matrix products grouped
+by role:
 
 - ``vocabulary``: the fused vocabulary projection and loss (a dimension equal to V);
 - ``whole sequence``: products with ``B x T`` or ``B x S`` rows (one per batch);
@@ -13,13 +13,13 @@ most self time, then the matrix products grouped by role:
   weight that happens to have a dimension equal to ``B`` lands here too);
 - ``batched``: ``bmm`` (attention reads and scores).
 
-    python -m benchmarks.profile_step --wiring bahdanau --scorer additive
-    python -m benchmarks.profile_step --batch-tokens 1000 --precision fp32
-    python -m benchmarks.profile_step --wiring luong --shapes aten::fill_ aten::copy_
+    python -m tools.profile_step --wiring bahdanau --scorer additive
+    python -m tools.profile_step --batch-tokens 1000 --precision fp32
+    python -m tools.profile_step --wiring luong --shapes aten::fill_ aten::copy_
 
 The profiler adds overhead to every operator call, most to the many small ones of a
 per-step loop: read the shares, not the milliseconds, and confirm a change with
-``benchmarks.train_throughput`` or ``benchmarks.run``. Not part of the tests.
+``benchmarks.run``. Not part of the tests.
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ XML). ``--steps ... quick`` also times the quick preset (``presets/quick.yaml`` 
 ``--out``; the README's "Two commands" table is generated from them (``--update-readme``)
 and a test fails when it differs (``--check-readme``).
 
-    python -m benchmarks.first_run --workdir /tmp/first-run \\
+    python -m tools.first_run --workdir /tmp/first-run \\
         --setup-args TORCH=local TORCH_SPEC=torch==2.13.0      # about 100 minutes on 2 cores
-    python -m benchmarks.first_run --workdir /tmp/again --steps setup test quick \\
+    python -m tools.first_run --workdir /tmp/again --steps setup test quick \\
         --name first_run_tests                                  # the tests again, the quick preset
-    python -m benchmarks.first_run --update-readme             # rewrite the README's table
+    python -m tools.first_run --update-readme             # rewrite the README's table
 
 The clone is left in ``--workdir`` (its study outputs, ``dvc.lock`` and ``.venv``) for
 inspection. Pip's cache is whatever the machine has: say so when quoting the setup time.
@@ -43,7 +43,7 @@ from tools.readme_block import sync_block
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "first_run"
 STAGE_LINE = re.compile(r"Running stage '([^']+)'")
-logger = logging.getLogger("benchmarks.first_run")
+logger = logging.getLogger("tools.first_run")
 
 
 def cpu_model() -> str:
@@ -127,7 +127,7 @@ def render(result: dict[str, Any]) -> str:
         "",
         f"{result['started']} UTC, revision {result['revision'][:12]}, {env['cpu']} "
         f"({env['cpus']} CPUs), Python {env['python']}, setup args "
-        f"`{' '.join(result['setup_args']) or '(none)'}`. `python -m benchmarks.first_run`.",
+        f"`{' '.join(result['setup_args']) or '(none)'}`. `python -m tools.first_run`.",
         "",
         "| step | exit | minutes |",
         "| --- | ---: | ---: |",
@@ -220,7 +220,7 @@ def update_readme(readme: Path, out: Path = OUT, check: bool = False) -> int:
         START,
         END,
         check,
-        "python -m benchmarks.first_run --update-readme",
+        "python -m tools.first_run --update-readme",
     )
 
 

@@ -6,7 +6,7 @@ tokenized data and the same small grid, alternating the revisions ``--rounds`` t
 that a drift of the machine hits both. Reports wall seconds, summed trial seconds and
 tokens/s per variant for each run. Not part of the tests.
 
-    python -m benchmarks.revisions 316b64f HEAD --rounds 2     # about 10 minutes here
+    python -m tools.revisions 316b64f HEAD --rounds 2     # about 10 minutes here
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.trials import ROOT
-
-logger = logging.getLogger("benchmarks.revisions")
+logger = logging.getLogger("tools.revisions")
+ROOT = Path(__file__).resolve().parents[1]
 GRID = {"scorer": ["additive", "none", "dot", "general"], "hidden_size": [256]}
 
 
