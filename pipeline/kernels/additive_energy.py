@@ -5,7 +5,7 @@ Written with autograd, ``tanh(q[:, :, None] + k[:, None]) @ v`` stores a (B, T, 
 tensor per batch (100 MB at B=108, T=29, S=31, A=256) and its backward makes five more
 passes over tensors of that size; each pass runs at memory speed, and on CPU every fresh
 multi-MB tensor also costs page faults. That made the additive scorer the slowest part of
-a training step (``python -m benchmarks.profile_step``). Here forward and backward walk
+a training step (``python -m tools.profile_step``). Here forward and backward walk
 blocks of about ``BLOCK_ELEMENTS`` elements through one reused buffer that stays in
 cache, and backward recomputes ``tanh`` instead of storing it (the trick of
 FlashAttention, for the additive score)::
@@ -24,7 +24,7 @@ forward pass needs no ``2s - 1`` pass at all: ``h . v = 2 (s . v) - sum(v)``.
 
 On a CPU, float32 work goes to the compiled kernel of :mod:`pipeline.kernels.native` when
 it builds (one fused pass forward and one backward, 2.79x these blocks on real 1000-token
-batches in ``python -m benchmarks.energy_kernel``); these blocks are the fallback and the
+batches, ``benchmarks/energy_kernel.py`` of commit 968721a); these blocks are the fallback and the
 path for every other device and dtype. The Bahdanau GRU loop's per-step
 :class:`StepEnergy` always uses these blocks.
 """

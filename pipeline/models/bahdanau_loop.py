@@ -25,8 +25,9 @@ forward and backward, from 550. Other scorers run the same equations through aut
 with :class:`~pipeline.kernels.step_linear.StepLinear` products and a
 :class:`~pipeline.models.attention.StepReader` context.
 
-``python -m benchmarks.step_overhead --wirings ...`` measures this loop against the
-generic one; ``benchmarks.profile_step`` shows where the rest of a step goes.
+``benchmarks/step_overhead.py`` of commit 968721a measured this loop against the
+generic one (``benchmarks/results/step_overhead/``); ``python -m tools.profile_step``
+shows where the rest of a step goes.
 """
 
 from __future__ import annotations

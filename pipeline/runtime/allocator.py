@@ -9,7 +9,7 @@ page-faults them in again and zero-fills them in the kernel. With the mmap thres
 pinned at its 32 MiB maximum and no trimming below 2 GiB, those blocks come back from
 the heap instead: additive h256 trained 1.07x faster (Luong wiring) and 1.08-1.10x
 (Bahdanau wiring) at 1000-token batches, with half the system time
-(``python -m benchmarks.allocator``, results in ``benchmarks/results/allocator/``). This
+(``benchmarks/allocator.py`` of commit 968721a, results in ``benchmarks/results/allocator/``). This
 is what Intel's PyTorch CPU guide gets by preloading jemalloc or tcmalloc, without a
 native dependency.
 

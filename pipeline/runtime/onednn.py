@@ -9,7 +9,7 @@ primitives before their shapes come round again and rebuilds them, at about 1 ms
 (10,430 builds in those steps at the default size; the 1000 x 256 by 256 x 768
 product took 2.9 ms in a step that met its shape first, 0.25 ms once built). With room
 for all of them the same 1,800 steps took 260.9 s instead of 313.8 s (1.20x, both at
-once on a 2-core AMX Xeon: ``python -m benchmarks.primitive_cache``, results in
+once on a 2-core AMX Xeon: ``benchmarks/primitive_cache.py`` of commit 968721a, results in
 ``benchmarks/results/primitive_cache/``).
 
 Float32 products go to MKL and build nothing, so this matters where ``precision``

@@ -4,7 +4,7 @@ fallback when they cannot be.
 One kernel today: the additive energy ``v . tanh(q_t + k_s)`` and its backward, fused
 (``additive_energy.cpp``). :mod:`pipeline.kernels.additive_energy` uses it for float32 CPU
 tensors when :func:`additive_energy_kernel` returns it, and its own torch blocks
-otherwise; ``python -m benchmarks.energy_kernel`` measures both (results in
+otherwise; ``benchmarks/energy_kernel.py`` of commit 968721a measured both (results in
 ``benchmarks/results/energy_kernel/``).
 
 The build is torch's JIT extension build (``torch.utils.cpp_extension.load``: ninja and
