@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,21 +13,17 @@ from pipeline.artifacts import VariantFiles
 from pipeline.config.grid import Variant
 from pipeline.config.params import ModelConfig, TrainConfig
 from pipeline.data.dataset import TokenizedData, TokenizedSplit
-from pipeline.scorers import catalogue, plugins
+from pipeline.scorers.plugins import unload_plugins
+from tests.support import PLAIN_TRAINING
 
 
 @pytest.fixture(autouse=True)
-def _plugin_scorers_stay_in_their_test(monkeypatch):
-    """The scorer catalogue is process-wide: a plugin a test loads (directly, or through
-    ``load_config`` of a project with ``plugins:``) is forgotten after it, so that no
-    other test sees its name."""
-    monkeypatch.setattr(catalogue, "_ENTRIES", dict(catalogue._ENTRIES))
-    monkeypatch.setattr(plugins, "_LOADED", dict(plugins._LOADED))
-    before = set(sys.modules)
+def _plugin_scorers_stay_in_their_test():
+    """A plugin scorer a test loads into the process (``load_plugins``, a stage's
+    ``load_config``, a ``register_scorer`` in the test) is unloaded after it, so that no
+    other test sees its name. Reading params loads nothing."""
     yield
-    for name in set(sys.modules) - before:
-        if name.startswith(plugins.MODULE_PREFIX + "."):
-            del sys.modules[name]
+    unload_plugins()
 
 
 # =============================================================================
@@ -98,11 +93,12 @@ def tiny_other_tokenizer(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tiny_model_config() -> Callable[..., ModelConfig]:
-    """Factory of small, fast ModelConfigs (embedding 16, hidden 32, no dropout)."""
+    """Factory of small, fast ModelConfigs (GRU cells, embedding 16, hidden 32, no
+    dropout)."""
 
     def make(**overrides) -> ModelConfig:
-        values = {"embedding_size": 16, "hidden_size": 32, "dropout": 0.0, **overrides}
-        return ModelConfig(**values)
+        values = {"cell": "gru", "embedding_size": 16, "hidden_size": 32, "dropout": 0.0}
+        return ModelConfig(**(values | overrides))
 
     return make
 
@@ -115,6 +111,7 @@ def make_variant(tiny_model_config) -> Callable[..., Variant]:
     def make(scorer: str = "additive", **train) -> Variant:
         model = tiny_model_config(scorer=scorer, dropout=0.1, reverse_source=True)
         values = {
+            **PLAIN_TRAINING,
             "batch_tokens": 60,
             "learning_rate": 0.01,
             "max_epochs": 3,
@@ -133,14 +130,12 @@ def make_variant(tiny_model_config) -> Callable[..., Variant]:
 def tiny_variant_folder(tiny_tok_dir, tmp_path_factory):
     """A trained tiny additive variant (reversed source) whose folder holds its subword
     models, as the train stage writes ``models/<variant>/``."""
-    model = ModelConfig(embedding_size=16, hidden_size=32, dropout=0.0, reverse_source=True)
+    model = ModelConfig(
+        cell="gru", embedding_size=16, hidden_size=32, dropout=0.0, reverse_source=True
+    )
+    settings = {"batch_tokens": 60, "learning_rate": 0.01, "max_epochs": 12, "patience": 50}
     train = TrainConfig(
-        batch_tokens=60,
-        learning_rate=0.01,
-        max_epochs=12,
-        patience=50,
-        early_stopping_metric="loss",
-        dev_bleu_sentences=8,
+        **PLAIN_TRAINING | settings | {"early_stopping_metric": "loss", "dev_bleu_sentences": 8}
     )
     variant = Variant("additive-rev-h32-s1", model, train, {"scorer": "additive"})
     from pipeline.train.trainer import train_variant  # heavy: only where it is used

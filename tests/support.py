@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.config import load_config
+from pipeline.config.grid import validate_grid
+from pipeline.config.params import read_params
 from pipeline.data.fetch import fetch
 from pipeline.data.tokenize import tokenize
 from pipeline.sweep.cache import VariantCache
@@ -93,7 +94,27 @@ CLEARED_ENV = (
 """Settings of the environment a test project must not inherit."""
 
 
+PLAIN_TRAINING = {
+    "early_stopping_metric": "bleu",
+    "lr_patience": 0,
+    "patience": 3,
+    "min_delta": 0.0,
+    "min_learning_rate": 0.0,
+    "bleu_progress_delta": None,
+    "max_steps": 0,
+    "eval_every_steps": 0,
+    "curriculum_steps": 0,
+}
+"""``train`` keys of the tests' tiny variants: dev evaluations at epoch ends only, no
+curriculum, no step cap, and any dev BLEU gain is progress. The default study's stopping
+rules are calibrated on its corpus and its thousands of steps (docs/budget.md), not on a
+toy corpus trained for a few epochs."""
+
+
 def tiny_params(root: Path, **train) -> dict:
+    """``params.yaml`` of a tiny study under ``root`` (corpus ``root/corpus.tsv``): GRU
+    models of hidden size 16, two epochs of :data:`PLAIN_TRAINING`, a grid of none and
+    additive in both source orders; ``train`` overrides ``train`` keys."""
     grid = train.pop(
         "grid",
         {"scorer": ["none", "additive"], "reverse_source": [False, True], "hidden_size": [16]},
@@ -108,15 +129,18 @@ def tiny_params(root: Path, **train) -> dict:
                 "test_min_per_bucket": 5,
                 "num_buckets": 3,
                 "bucket_width": 5,
+                "max_train_words": None,
             },
         },
         "tokenize": {"vocab_size": 80},
-        "model": {"embedding_size": 16, "hidden_size": 16, "dropout": 0.0},
+        "model": {"cell": "gru", "embedding_size": 16, "hidden_size": 16, "dropout": 0.0},
         "train": {
             "max_epochs": 2,
             "batch_tokens": 400,
             "dev_bleu_sentences": 10,
+            **PLAIN_TRAINING,
             "grid": grid,
+            "grid_include": [],
             **train,
         },
         "evaluate": {"beam_size": 2, "bootstrap_samples": 50, "attention_examples": 3},
@@ -146,7 +170,8 @@ def make_project(root: Path, ray: dict | None = None, plugin: bool = False, **tr
         shutil.copy(REPO_ROOT / "scorers" / "cosine.py", root / "scorers" / "cosine.py")
         sections = {"plugins": ["scorers/cosine.py"], **sections}
     params = write_params(root / "params.yaml", sections)
-    config = load_config(params)
+    config = read_params(params)
+    validate_grid(config)
     fetch(config.fetch, root / "data" / "raw")
     tokenize(config.tokenize, root / "data" / "raw", root / "data" / "tok")
     return params

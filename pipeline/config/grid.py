@@ -67,7 +67,7 @@ def _validate_axes(config: Config, where: str, grid: dict[str, list[Any]]) -> No
         for index, value in enumerate(values):
             data = dict(base[section], **{axis: value})
             try:
-                build(cls, data)
+                build(cls, data, context=config.validation_context)
             except ConfigError as err:
                 message = str(err).split(": ", 1)[-1]
                 raise ConfigError(f"{where}.{axis}[{index}]: {message}") from None
@@ -136,8 +136,13 @@ def apply_point(
     sections = {axis: _section_of(axis, where) for axis in point}
     model_over = {a: v for a, v in point.items() if sections[a] == "model"}
     train_over = {a: v for a, v in point.items() if sections[a] == "train"}
-    model = ModelConfig.model_validate(dict(config.model.model_dump(), **model_over))
-    train = TrainConfig.model_validate(dict(config.train.model_dump(), **train_over))
+    context = config.validation_context
+    model = ModelConfig.model_validate(
+        dict(config.model.model_dump(), **model_over), context=context
+    )
+    train = TrainConfig.model_validate(
+        dict(config.train.model_dump(), **train_over), context=context
+    )
     return model, train
 
 

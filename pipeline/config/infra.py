@@ -10,6 +10,10 @@ environment overrides the file:
 - the file itself: ``--infra PATH``, else ``$STUDY_INFRA``, else ``infra.yaml`` beside
   the params file; none of them present means the defaults below.
 
+The defaults below are the repo's ``infra.yaml``, key for key (a test checks it): a key a
+file leaves out takes that value, so another file, such as
+``presets/gpu-cluster-infra.yaml``, holds only the keys it changes.
+
 **Project root.** Relative paths (the SQLite store, Tune's storage, the variant cache)
 resolve against ``DVC_ROOT`` when DVC sets it, else against the params file's folder.
 DVC sets ``DVC_ROOT`` to the user's repository even inside ``dvc exp run --temp`` and
@@ -47,11 +51,12 @@ class RayConfig(Section):
     or a node label given to ``ray start --resources``, to pin work to some nodes."""
     max_concurrent_trials: int = Field(0, ge=0)
     """Upper bound on trials at once (0 = as many as resources allow)."""
-    trial_timeout_minutes: float = Field(0, ge=0)
+    trial_timeout_minutes: float = Field(60, ge=0)
     """Safety net, 0 = off: a trial still training after this many minutes of wall clock
     fails (it is reported as failed, never compared). Not a budget: how far a variant trains
     is set by the study's step cap and plateau rule, so results do not depend on the
-    machine's speed."""
+    machine's speed; on a machine too slow for a variant to reach its step cap within it,
+    the train stage raises it to twice that run (with a warning)."""
     pending_timeout_minutes: float = Field(10.0, gt=0)
     """Longest wait for a cluster that has fewer resources than one trial or decode task
     asks for (workers lost, a label no node has, an autoscaler that adds nothing): after

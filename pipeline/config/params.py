@@ -5,7 +5,15 @@ section is a frozen pydantic model with ``extra="forbid"``: an unknown key, a wr
 or an out-of-range value raises :class:`ConfigError` whose message starts with the
 dotted key, e.g. ``train.grid.scorer[2]: unknown scorer 'dott'; known: additive, ...``.
 
-Each field's docstring says what it means and why its default is what it is.
+The defaults are the default study, the one set of them: the repo's ``params.yaml`` writes
+every one out (a test checks that the two agree), so a key a params file leaves out takes
+the default study's value, and a preset (``presets/``) holds only the keys it changes
+(``python -m tools.preset``). Each field's docstring says what it means and why its
+default is what it is.
+
+Reading params changes no process-wide state: the scorer names a file may use are the
+built-ins and those of the plugins it names, learned by running the plugin files aside
+(:func:`pipeline.scorers.plugins.scan_plugins`) and passed to validation as its context.
 """
 
 from __future__ import annotations
@@ -15,10 +23,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from pipeline.scorers import catalogue
-from pipeline.scorers.plugins import load_plugins, read_plugins
+from pipeline.scorers.plugins import PluginSource, read_plugins, scan_plugins
 
 logger = logging.getLogger(__name__)
 
@@ -33,19 +50,30 @@ class Section(BaseModel):
     )
 
 
-# --------------------------------------------------------------------------- fetch
-def _known_scorer(value: str) -> str:
-    if catalogue.get(value) is None:
-        known = ", ".join(sorted(catalogue.names()))
+# ------------------------------------------------------------------------- scorers
+SCORERS = "scorers"
+"""Validation context key: the scorer names valid in the config being validated."""
+
+
+def _known_scorer(value: str, info: ValidationInfo) -> str:
+    known = (info.context or {}).get(SCORERS)
+    if known is None:  # a config built in code: the scorers this process has loaded
+        known = catalogue.names()
+    if value not in known:
         raise ValueError(
-            f"unknown scorer {value!r}; known: {known} (a scorer of your own: "
-            "name its file in plugins, docs/scorers.md)"
+            f"unknown scorer {value!r}; known: {', '.join(sorted(known))} (a scorer of your "
+            "own: name its file in plugins, docs/scorers.md)"
         )
     return value
 
 
 ScorerName = Annotated[str, AfterValidator(_known_scorer)]
-"""A name in the scorer catalogue (:mod:`pipeline.scorers`), plugins loaded so far included."""
+"""A scorer's name: a built-in or one of the params' plugins (the validation context's
+:data:`SCORERS`); without a context, one in this process's catalogue
+(:mod:`pipeline.scorers`)."""
+
+
+# --------------------------------------------------------------------------- fetch
 
 
 class CleanConfig(Section):
@@ -76,10 +104,10 @@ class SplitConfig(Section):
     95% interval was 1.6-7.4 BLEU wide. A bucket inside the training lengths gives at
     most half its sentences; one beyond ``max_train_words`` may give all (its pairs
     cannot train), and warns if it holds fewer."""
-    max_train_words: int | None = Field(None, ge=1)
+    max_train_words: int | None = Field(30, ge=1)
     """Train and dev keep only pairs whose source has at most this many words
-    (Bahdanau's RNNsearch-30/-50 cut); test keeps all lengths, the longer ones labelled
-    as extrapolation. ``null`` keeps everything."""
+    (Bahdanau's RNNsearch-30/-50 cut; 30 in the default study, docs/budget.md); test keeps
+    all lengths, the longer ones labelled as extrapolation. ``null`` keeps everything."""
     max_train_pairs: int | None = Field(None, ge=1)
     """Keep at most this many training pairs (seeded sample); ``null`` keeps all."""
     group_by: Literal["auto", "chapter", "sentence"] = "auto"
@@ -154,10 +182,10 @@ class ModelConfig(Section):
     """``luong`` only: feed the previous attentional state into the RNN input (Luong
     2015 sec. 3.3). Off by default: without it the decoder RNN runs over the whole
     target in one fused call."""
-    cell: Literal["gru", "lstm"] = "gru"
-    """Recurrent cell of encoder and decoder. params.yaml picks ``lstm``: on CPUs torch runs
-    a whole unpacked LSTM layer as one oneDNN primitive, forward and backward, but a GRU
-    position by position (docs/budget.md)."""
+    cell: Literal["gru", "lstm"] = "lstm"
+    """Recurrent cell of encoder and decoder. ``lstm``: on CPUs torch runs a whole unpacked
+    LSTM layer as one oneDNN primitive, forward and backward, but a GRU position by position
+    (1.27-1.29x the tokens/s, docs/budget.md)."""
     embedding_size: int = Field(256, ge=1)
     """Word embedding size of both sides."""
     hidden_size: int = Field(256, ge=1)
@@ -167,8 +195,8 @@ class ModelConfig(Section):
     bidirectional: bool = False
     """Bidirectional encoder. Off by default: with a bidirectional encoder source
     reversal is nearly a no-op, and reversal is one of the study's axes."""
-    dropout: float = Field(0.2, ge=0.0, lt=1.0)
-    """Dropout on embeddings and RNN outputs."""
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    """Dropout on embeddings and RNN outputs (docs/budget.md, "Decisions")."""
     reverse_source: bool = False
     """Reverse the source tokens before the encoder (Sutskever 2014)."""
     tie_embeddings: bool = False
@@ -195,8 +223,9 @@ class ModelConfig(Section):
 class TrainConfig(Section):
     seed: int = 1
     """Seed of initialisation, dropout and batch order."""
-    batch_tokens: int = Field(3000, ge=1)
-    """Target tokens per batch (token-bucketed batching)."""
+    batch_tokens: int = Field(1000, ge=1)
+    """Target tokens per batch (token-bucketed batching); 1000: more updates per epoch
+    (docs/budget.md)."""
     learning_rate: float = Field(2e-3, gt=0)
     """Adam learning rate."""
     clip_norm: float = Field(1.0, gt=0)
@@ -210,38 +239,41 @@ class TrainConfig(Section):
     ``min(ema_decay, (1 + step) / (10 + step))`` so the early average does not lag."""
     lr_decay: float = Field(0.5, gt=0, le=1)
     """Learning-rate factor on a dev plateau."""
-    lr_patience: int = Field(0, ge=0)
+    lr_patience: int = Field(1, ge=0)
     """Evaluations without a dev improvement of more than ``min_delta`` before the
     learning rate decays (torch's ``ReduceLROnPlateau``)."""
-    max_epochs: int = Field(8, ge=1)
-    """Upper bound on epochs."""
-    patience: int = Field(3, ge=1)
+    max_epochs: int = Field(100, ge=1)
+    """Upper bound on epochs: a bound only, the plateau rule (or the step cap) stops first."""
+    patience: int = Field(4, ge=1)
     """Plateau rule: evaluations (epoch ends and every ``eval_every_steps``) in a row
     without a dev improvement of more than ``min_delta``, after which the variant has
     plateaued and stops. One stopped by ``max_steps`` instead is flagged as not converged
     (report, MLflow) and kept out of confirmatory tests."""
-    min_delta: float = Field(0.0, ge=0)
+    min_delta: float = Field(0.01, ge=0)
     """A dev improvement must exceed this to count, for the plateau and the learning-rate
     decay (nats for ``loss``, BLEU points for ``bleu``)."""
-    min_learning_rate: float = Field(0.0, ge=0)
+    min_learning_rate: float = Field(3e-4, ge=0)
     """Plateau rule, second trigger (JoeyNMT's ``learning_rate_min``): once the decays on
-    dev plateaus take the learning rate below this, the variant has plateaued (0 = off)."""
-    bleu_progress_delta: float | None = Field(None, gt=0)
+    dev plateaus take the learning rate below this, the variant has plateaued (0 = off);
+    3e-4: after the third halving of the default learning rate."""
+    bleu_progress_delta: float | None = Field(0.5, gt=0)
     """A dev BLEU gain (greedy, ``dev_bleu_sentences``) of more than this also counts as
     progress, beside the early-stopping metric's ``min_delta`` (None = off): a variant
     whose dev loss has flattened keeps training while its dev BLEU still rises, and its
     checkpoint is the model of the last evaluation that made progress in either
     (docs/budget.md, "Stopping rule")."""
-    early_stopping_metric: Literal["loss", "bleu"] = "bleu"
+    early_stopping_metric: Literal["loss", "bleu"] = "loss"
     """Dev metric that selects the best checkpoint and drives the learning-rate decay and
-    the plateau rule."""
-    max_steps: int = Field(0, ge=0)
+    the plateau rule; ``loss``, the cross-entropy on all of dev, is smooth at any BLEU
+    level."""
+    max_steps: int = Field(9000, ge=0)
     """Step cap per variant (0 = none): a safety net, not a budget. The study sets it to
     about twice the median steps to the plateau (docs/budget.md); a variant stopped by it
     is flagged as not converged. Budgets are counted in steps, never in seconds."""
-    eval_every_steps: int = Field(0, ge=0)
-    """Also evaluate on dev every N steps (0 = only at epoch ends)."""
-    curriculum_steps: int = Field(0, ge=0)
+    eval_every_steps: int = Field(200, ge=0)
+    """Also evaluate on dev every N steps (0 = only at epoch ends): the learning curves and
+    the plateau rule."""
+    curriculum_steps: int = Field(600, ge=0)
     """Competence-based curriculum (Platanios et al. 2019) over the first N optimizer
     steps, 0 = off: step t draws its batch from the shortest ``sqrt(t / N)`` share of the
     training targets (``pipeline.data.batching``); from step N on, shuffled epochs."""
@@ -260,19 +292,29 @@ class TrainConfig(Section):
     (docs/budget.md, "Numerics")."""
     grid: dict[str, list[Any]] = Field(
         default_factory=lambda: {
-            "scorer": list(catalogue.BUILTIN),
-            "reverse_source": [False, True],
+            "scorer": ["none", "additive", "general"],
+            "reverse_source": [False],
             "hidden_size": [256],
-            "seed": [1],
+            "seed": [1, 2, 3, 4, 5],
         }
     )
     """Sweep axes: a ``model`` or ``train`` field name -> list of values. The grid is
-    their Cartesian product; each point becomes one variant."""
-    grid_include: list[dict[str, list[Any]]] = Field(default_factory=list)
+    their Cartesian product; each point becomes one variant. A params file that gives
+    ``grid`` gives the whole of it (its axes are not merged with these)."""
+    grid_include: list[dict[str, list[Any]]] = Field(
+        default_factory=lambda: [
+            {"scorer": ["none", "additive"], "reverse_source": [False], "seed": [6]},
+            {"scorer": ["none", "additive"], "reverse_source": [True], "seed": [1, 2, 3, 4, 5]},
+            {"scorer": ["additive"], "hidden_size": [128], "seed": [1, 2, 3, 4, 5]},
+            {"scorer": ["dot", "scaled_dot", "location"], "reverse_source": [False], "seed": [1]},
+        ]
+    )
     """More grid points, as GitHub Actions' ``matrix.include``: each entry is a small grid
     (axis -> values) whose points are added to the main grid; axes an entry leaves out
-    take the ``model``/``train`` defaults. Used for extra seeds of the variants the
-    headline findings rest on. A point already in the grid is not added twice."""
+    take the ``model``/``train`` defaults. A point already in the grid is not added twice.
+    The default study's: a sixth seed of none and additive (the length test), five seeds
+    of the reversed source and of additive at hidden 128 (the findings that rest on them),
+    and one seed of the other scorers (exploratory; docs/budget.md)."""
     allow_partial: bool = False
     """Finish with exit 0 even if some variants failed (they are still reported)."""
     only: list[str] = Field(default_factory=list)
@@ -335,7 +377,7 @@ class ReportConfig(Section):
 class Config(Section):
     plugins: list[str] = Field(default_factory=list)
     """Python files of your own (paths relative to the params file) that register scorers
-    (:mod:`pipeline.scorers.plugins`, docs/scorers.md); loaded before the rest is validated,
+    (:mod:`pipeline.scorers.plugins`, docs/scorers.md); read before the rest is validated,
     so their names are valid in ``model.scorer`` and ``train.grid``."""
     fetch: FetchConfig = FetchConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
@@ -343,6 +385,24 @@ class Config(Section):
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     report: ReportConfig = ReportConfig()
+
+    _plugin_sources: tuple[PluginSource, ...] = PrivateAttr(default=())
+    _plugin_scorers: tuple[str, ...] | None = PrivateAttr(default=None)
+
+    @property
+    def plugin_sources(self) -> tuple[PluginSource, ...]:
+        """The text of each file in ``plugins``, as :func:`read_params` read it (what
+        :func:`pipeline.scorers.plugins.load_plugins` takes)."""
+        return self._plugin_sources
+
+    @property
+    def validation_context(self) -> dict[str, Any] | None:
+        """What validates a section or grid point of this config: the scorer names valid in
+        it (the built-ins and its plugins' scorers). None for a config built in code: the
+        scorers this process has loaded."""
+        if self._plugin_scorers is None:
+            return None
+        return {SCORERS: catalogue.BUILTIN + self._plugin_scorers}
 
 
 # ------------------------------------------------------------------------ loading
@@ -373,10 +433,16 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     return "; ".join(lines)
 
 
-def build(model_cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> Any:
-    """Validate ``data`` into ``model_cls``; raise :class:`ConfigError` naming the key."""
+def build(
+    model_cls: type[BaseModel],
+    data: dict[str, Any],
+    prefix: str = "",
+    context: dict[str, Any] | None = None,
+) -> Any:
+    """Validate ``data`` into ``model_cls``; raise :class:`ConfigError` naming the key.
+    ``context``: see :attr:`Config.validation_context`."""
     try:
-        return model_cls.model_validate(data)
+        return model_cls.model_validate(data, context=context)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, prefix)) from None
 
@@ -400,9 +466,12 @@ def _refuse_moved_keys(path: Path, data: dict[str, Any]) -> None:
         )
 
 
-def read_params(path: str | Path = "params.yaml") -> Config:
-    """Load and validate ``params.yaml`` section by section (missing sections take their
-    defaults); :func:`pipeline.config.load_config` also checks the grid."""
+def read_params(path: str | Path = "params.yaml", root: str | Path | None = None) -> Config:
+    """Load and validate ``params.yaml`` section by section: a section or key it leaves out
+    takes the default study's value. ``plugins`` paths are relative to ``root`` (default:
+    the file's folder). No side effect: the plugins are read and run aside for their
+    scorer names, not loaded (:attr:`Config.plugin_sources`);
+    :func:`pipeline.config.load_config` also checks the grid."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -412,17 +481,21 @@ def read_params(path: str | Path = "params.yaml") -> Config:
         raise ConfigError(f"{path}: not valid YAML: {err}".replace("\n", " ")) from None
     if not data:
         raise ConfigError(
-            f"{path}: empty params file; copy the repo's params.yaml and edit it "
-            "(a section left out takes its defaults, but an empty file is refused)"
+            f"{path}: empty params file; write the keys you change (a key left out takes "
+            "the default study's value), or git checkout params.yaml for the default study"
         )
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of sections")
     _refuse_moved_keys(path, data)
     missing = [name for name in Config.model_fields if name not in data]
     if missing:
-        logger.info("%s: no %s section; using the defaults", path, ", ".join(missing))
+        logger.info("%s: no %s section; the default study's", path, ", ".join(missing))
     plugins = data.get("plugins") or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
         raise ConfigError(f"{path}: plugins: must be a list of Python file paths")
-    load_plugins(read_plugins(plugins, path.resolve().parent))
-    return build(Config, data)
+    sources = tuple(read_plugins(plugins, Path(root or path.resolve().parent)))
+    scorers = tuple(entry.name for entry in scan_plugins(list(sources)))
+    config = build(Config, data, context={SCORERS: catalogue.BUILTIN + scorers})
+    config._plugin_sources = sources
+    config._plugin_scorers = scorers
+    return config

@@ -1,9 +1,12 @@
 """The one list of attention scorers: name, display order, paper, formula and FLOPs.
 
-Config validation (``model.scorer``, ``train.grid.scorer``), the model builder, the report
-(orders, colours, labels) and the benchmarks' FLOP counts all read this catalogue; nothing
-else lists scorers. The built-in entries name their classes by import path (no torch
-import here); a plugin's entry holds its class (:mod:`pipeline.scorers.plugins`).
+The model builder, the report (orders, colours, labels) and the benchmarks' FLOP counts
+read this process's catalogue: the built-ins, then the plugins the process loaded
+(:func:`pipeline.scorers.plugins.load_plugins`); nothing else lists scorers. Config
+validation reads no process state: a params file's valid names are the built-ins and the
+scorers of the plugins it names (:func:`pipeline.scorers.plugins.scan_plugins`). The
+built-in entries name their classes by import path (no torch import here); a plugin's
+entry holds its class.
 """
 
 from __future__ import annotations
@@ -121,18 +124,33 @@ BUILTIN = tuple(e.name for e in _BUILTIN)
 _ENTRIES: dict[str, ScorerEntry] = {e.name: replace(e, order=i) for i, e in enumerate(_BUILTIN)}
 
 
+def check_name(entry: ScorerEntry, others) -> None:
+    """Raise ValueError if ``entry``'s name is a built-in's or that of another file's
+    entry among ``others`` (the same file may register it again)."""
+    if entry.name in BUILTIN:
+        raise ValueError(f"scorer name {entry.name!r} is taken (a built-in scorer)")
+    for other in others:
+        if other.name == entry.name and other.plugin != entry.plugin:
+            raise ValueError(f"scorer name {entry.name!r} is taken (registered by {other.plugin})")
+
+
 def add(entry: ScorerEntry) -> ScorerEntry:
-    """Register ``entry`` after the scorers already known (a plugin's registration; the
-    same plugin loaded twice replaces its own entry). A name taken by a built-in or by
-    another file raises ValueError."""
+    """Register ``entry`` in this process's catalogue, after the scorers already known (a
+    plugin's registration, :func:`pipeline.scorers.plugins.load_plugins`; the same plugin
+    loaded twice replaces its own entry). A name taken by a built-in or by another file
+    raises ValueError."""
+    check_name(entry, _ENTRIES.values())
     old = _ENTRIES.get(entry.name)
-    if old is not None and (old.plugin is None or old.plugin != entry.plugin):
-        where = "a built-in scorer" if old.plugin is None else f"registered by {old.plugin}"
-        raise ValueError(f"scorer name {entry.name!r} is taken ({where})")
     order = old.order if old is not None else len(_ENTRIES)
     entry = replace(entry, order=order)
     _ENTRIES[entry.name] = entry
     return entry
+
+
+def remove_plugins() -> None:
+    """Drop every plugin's entry: the catalogue holds the built-ins alone again."""
+    for name in [name for name, entry in _ENTRIES.items() if entry.plugin is not None]:
+        del _ENTRIES[name]
 
 
 def get(name: str) -> ScorerEntry | None:

@@ -2,11 +2,14 @@
 
 A plugin file defines a :class:`pipeline.models.attention.Scorer` subclass and registers
 it with :func:`register_scorer`; params name the file (``plugins: [scorers/cosine.py]``)
-and put the scorer's name in the grid. The driver reads each file once
-(:func:`read_plugins`); its source text, not its path, travels to Ray workers inside
-the trial and decoding specs (:func:`load_plugins`), so workers that cannot see the
-project run it too. The text's sha256 is part of its variants' cache keys: editing the
-file retrains them (docs/scorers.md).
+and put the scorer's name in the grid. Reading params reads each file
+(:func:`read_plugins`) and runs it aside to learn the names it registers
+(:func:`scan_plugins`), which is all their validation needs: reading params changes no
+process-wide state. A process that trains, decodes or reports with the scorers loads them
+explicitly (:func:`load_plugins`: the stage's ``load_config``, a Ray trial or task from
+the source text its spec carries, so workers that cannot see the project run them too).
+The text's sha256 is part of its variants' cache keys: editing the file retrains them
+(docs/scorers.md).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import importlib.util
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipeline.scorers import catalogue
@@ -57,6 +60,10 @@ class PluginSource:
 _LOADING: contextvars.ContextVar[PluginSource | None] = contextvars.ContextVar(
     "plugin", default=None
 )
+_SCANNED: contextvars.ContextVar[list[ScorerEntry] | None] = contextvars.ContextVar(
+    "scanned", default=None
+)
+"""While :func:`scan_plugins` runs a file: where its registrations go (not the catalogue)."""
 _LOADED: dict[str, PluginSource] = {}
 
 
@@ -87,8 +94,13 @@ def register_scorer(
             plugin=str(where),
             source_digest=digest,
         )
+        scanned = _SCANNED.get()
         try:
-            catalogue.add(entry)
+            if scanned is None:
+                catalogue.add(entry)
+            else:
+                catalogue.check_name(entry, scanned)
+                scanned[:] = [e for e in scanned if e.name != name] + [entry]
         except ValueError as err:
             raise PluginError(f"{where}: {err}") from None
         return cls
@@ -139,22 +151,62 @@ def read_plugins(paths: list[str], root: Path, key: str = "plugins") -> list[Plu
     return sources
 
 
+def scan_plugins(sources: list[PluginSource]) -> tuple[ScorerEntry, ...]:
+    """The scorers the plugins register, in order, learned by running each file aside (as
+    a module of its own that is dropped afterwards): nothing is added to the catalogue, to
+    :func:`loaded` or to ``sys.modules``. The checks are :func:`load_plugins`'s, so a bad
+    file fails here naming it; a name taken by a built-in or by another of ``sources``
+    too. Config validation uses the names (:func:`pipeline.config.params.read_params`)."""
+    entries: list[ScorerEntry] = []
+    for source in sources:
+        found: list[ScorerEntry] = []
+        token = _SCANNED.set(found)
+        try:
+            _run(source, f"{MODULE_PREFIX}_scan_{source.module_name.rpartition('.')[2]}")
+        finally:
+            _SCANNED.reset(token)
+        _check_registered(source, found)
+        for entry in found:
+            try:
+                catalogue.check_name(entry, entries)
+            except ValueError as err:
+                raise PluginError(f"{source.path}: {err}") from None
+            entries.append(replace(entry, order=len(catalogue.BUILTIN) + len(entries)))
+    return tuple(entries)
+
+
 def load_plugins(sources: list[PluginSource]) -> list[str]:
-    """Import each plugin (once per process and text) and return the scorer names they
-    registered. Errors name the file; an exception inside it keeps its traceback."""
+    """Import each plugin into this process's catalogue (once per process and text) and
+    return the scorer names they registered: the explicit step of a process that trains,
+    decodes or reports with them. Errors name the file; an exception inside it keeps its
+    traceback."""
     names = []
     for source in sources:
         if source.module_name not in sys.modules:
             _import(source)
         _LOADED[source.path] = source
-        added = [e.name for e in catalogue.entries() if e.plugin == source.path]
-        if not added:
-            raise PluginError(
-                f"{source.path}: registers no scorer; decorate a Scorer subclass with "
-                "@register_scorer('name') (see docs/scorers.md)"
-            )
-        names += added
+        added = [e for e in catalogue.entries() if e.plugin == source.path]
+        _check_registered(source, added)
+        names += [e.name for e in added]
     return names
+
+
+def unload_plugins() -> None:
+    """Forget every plugin this process loaded: their scorers leave the catalogue, their
+    modules ``sys.modules``, and :func:`loaded` is empty again (a process that runs
+    several projects in turn, such as the test suite)."""
+    catalogue.remove_plugins()
+    _LOADED.clear()
+    for name in [m for m in sys.modules if m.startswith(MODULE_PREFIX + ".")]:
+        del sys.modules[name]
+
+
+def _check_registered(source: PluginSource, entries: list[ScorerEntry]) -> None:
+    if not entries:
+        raise PluginError(
+            f"{source.path}: registers no scorer; decorate a Scorer subclass with "
+            "@register_scorer('name') (see docs/scorers.md)"
+        )
 
 
 def _import(source: PluginSource) -> None:
@@ -164,22 +216,28 @@ def _import(source: PluginSource) -> None:
         )
         package.__path__ = []
         sys.modules[MODULE_PREFIX] = package
-    spec = importlib.util.spec_from_loader(source.module_name, loader=None, origin=source.path)
+    _run(source, source.module_name, keep=True)
+
+
+def _run(source: PluginSource, module_name: str, keep: bool = False) -> None:
+    """Run the plugin's text as module ``module_name`` (in ``sys.modules`` while it runs,
+    as an import has it, and after only with ``keep``)."""
+    spec = importlib.util.spec_from_loader(module_name, loader=None, origin=source.path)
     module = importlib.util.module_from_spec(spec)
     module.__file__ = source.path
-    sys.modules[source.module_name] = module
+    sys.modules[module_name] = module
     token = _LOADING.set(source)
+    kept = False
     try:
         code = compile(source.text, source.path, "exec")
         exec(code, module.__dict__)  # noqa: S102 (the user's own plugin file)
+        kept = keep
     except SyntaxError as err:
-        del sys.modules[source.module_name]
         raise PluginError(f"{source.path}:{err.lineno}: syntax error: {err.msg}") from None
-    except BaseException:  # a half-run plugin is not left behind as loaded
-        del sys.modules[source.module_name]
-        raise
-    finally:
+    finally:  # a half-run plugin is not left behind as loaded
         _LOADING.reset(token)
+        if not kept:
+            sys.modules.pop(module_name, None)
 
 
 def loaded() -> list[PluginSource]:

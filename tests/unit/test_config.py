@@ -1,13 +1,72 @@
 import pytest
-from pydantic import ValidationError
+import yaml
+from pydantic import BaseModel, ValidationError
 
 from pipeline.config import load_config
 from pipeline.config.grid import expand_grid, select
-from pipeline.config.infra import load_infra
-from pipeline.config.params import Config, ConfigError
+from pipeline.config.infra import InfraFile, load_infra
+from pipeline.config.params import Config, ConfigError, build, read_params
 from pipeline.tracking.store import resolve_uri
 from pipeline.train import trainer
 from tests.support import REPO_ROOT, write_params
+
+
+def _keys(model: type[BaseModel], data: dict, prefix: str = "") -> set[str]:
+    """The dotted keys ``data`` (a file's mapping) writes, walking into sections only."""
+    keys = set()
+    for name, value in data.items():
+        kind = model.model_fields[name].annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            keys |= _keys(kind, value, f"{prefix}{name}.")
+        else:
+            keys.add(f"{prefix}{name}")
+    return keys
+
+
+def _all_keys(model: type[BaseModel]) -> set[str]:
+    return _keys(model, model().model_dump())
+
+
+def test_the_code_defaults_are_the_default_study_key_for_key():
+    """One set of defaults: params.yaml writes out every key of the schema, each with the
+    schema's default, so a key a params file leaves out means the default study's value."""
+    path = REPO_ROOT / "params.yaml"
+    assert read_params(path).model_dump() == Config().model_dump()
+    assert _keys(Config, yaml.safe_load(path.read_text())) == _all_keys(Config)
+    defaults = [v.id for v in expand_grid(Config())]
+    assert defaults == [v.id for v in expand_grid(load_config(path))] and len(defaults) == 35
+
+
+def test_the_infra_defaults_are_the_repo_infra_yaml_key_for_key():
+    data = yaml.safe_load((REPO_ROOT / "infra.yaml").read_text())
+    assert build(InfraFile, data) == InfraFile()
+    assert _keys(InfraFile, data) == _all_keys(InfraFile)
+
+
+def test_a_key_left_out_takes_the_default_studys_value(tmp_path):
+    params = write_params(tmp_path / "params.yaml", {"train": {"max_steps": 500}})
+    config = load_config(params)
+    assert config.train.max_steps == 500
+    assert config.model_copy(update={"train": Config().train}).model_dump() == Config().model_dump()
+    assert config.train.grid_include == Config().train.grid_include  # not emptied
+
+
+@pytest.mark.parametrize("name", ["quick.yaml", "gpu-cluster.yaml", "gpu-cluster-infra.yaml"])
+def test_a_preset_holds_only_the_keys_it_changes(name):
+    data = yaml.safe_load((REPO_ROOT / "presets" / name).read_text())
+    schema = InfraFile if name.endswith("-infra.yaml") else Config
+    defaults = _flat(schema().model_dump())
+    assert data and {k: v for k, v in _flat(data).items() if defaults[k] == v} == {}
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key not in ("grid", "resources_per_trial"):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def test_repo_params_load_and_expand():
@@ -81,6 +140,7 @@ def test_grid_extra_axis_in_variant_id_and_select(tmp_path):
                 "seed": [3],
                 "learning_rate": [0.001, 0.01],
             },
+            "grid_include": [],
         }
     }
     config = load_config(write_params(tmp_path / "p.yaml", params))

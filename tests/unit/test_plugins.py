@@ -4,15 +4,23 @@ name the file, part of the variant's cache key, and built like a built-in."""
 from __future__ import annotations
 
 import shutil
+import sys
 
 import pytest
 import torch
 
 from pipeline.config import ConfigError, load_config
-from pipeline.config.grid import expand_grid
+from pipeline.config.grid import expand_grid, validate_grid
+from pipeline.config.params import read_params
 from pipeline.models.attention import attend, build_scorer
-from pipeline.scorers import catalogue
-from pipeline.scorers.plugins import PluginError, PluginSource, load_plugins, read_plugins
+from pipeline.scorers import catalogue, plugins
+from pipeline.scorers.plugins import (
+    PluginError,
+    PluginSource,
+    load_plugins,
+    read_plugins,
+    scan_plugins,
+)
 from pipeline.train.trainer import variant_key
 from tests.support import REPO_ROOT, write_params
 
@@ -53,13 +61,49 @@ def test_the_example_plugin_registers_and_attends_like_a_built_in():
         ("def broken(:\n", "mine.py:1: syntax error"),
     ],
 )
-def test_a_bad_plugin_fails_naming_its_file(text, message):
+@pytest.mark.parametrize("read", [load_plugins, scan_plugins])
+def test_a_bad_plugin_fails_naming_its_file(text, message, read):
     with pytest.raises(PluginError, match="scorers/mine.py") as err:
-        load_plugins([_source(text)])
+        read([_source(text)])
     assert message in str(err.value)
+    assert catalogue.names() == catalogue.BUILTIN  # nothing half-registered
 
 
-def test_params_load_the_plugin_and_its_edits_change_the_cache_key(tmp_path):
+def _project(root, scorer_file: str = "cosine.py", grid: tuple = ("none", "cosine")):
+    (root / "scorers").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_ROOT / "scorers" / "cosine.py", root / "scorers" / scorer_file)
+    params = {"plugins": [f"scorers/{scorer_file}"], "train": {"grid": {"scorer": list(grid)}}}
+    return write_params(root / "params.yaml", params)
+
+
+def test_reading_params_changes_no_process_state(tmp_path):
+    """Reading params runs its plugins aside for their names: nothing is registered, loaded
+    or imported, so what a process read before never decides what is valid."""
+    modules = set(sys.modules)
+    config = read_params(_project(tmp_path))
+    validate_grid(config)
+    assert "cosine" in {v.model.scorer for v in expand_grid(config)}
+    assert [s.path for s in config.plugin_sources] == ["scorers/cosine.py"]
+    assert catalogue.names() == catalogue.BUILTIN and plugins.loaded() == []
+    assert not {m for m in set(sys.modules) - modules if m.startswith(plugins.MODULE_PREFIX)}
+    # a name is valid in the params that name its plugin, not because a process loaded it
+    load_plugins(list(config.plugin_sources))
+    alone = write_params(tmp_path / "alone.yaml", {"model": {"scorer": "cosine"}})
+    with pytest.raises(ConfigError, match="model.scorer: unknown scorer 'cosine'"):
+        read_params(alone)
+    # and another project's file may take a name this process has loaded from elsewhere
+    other = read_params(_project(tmp_path / "other", "mine.py"))
+    assert other.model_copy().validation_context["scorers"][-1] == "cosine"
+
+
+def test_two_plugin_files_of_one_name_are_refused_naming_the_second(tmp_path):
+    first = read_plugins(["scorers/cosine.py"], REPO_ROOT)[0]
+    second = PluginSource("scorers/copy.py", first.text)
+    with pytest.raises(PluginError, match="scorers/copy.py: scorer name 'cosine' is taken"):
+        scan_plugins([first, second])
+
+
+def test_a_stage_loads_the_plugin_and_its_edits_change_the_cache_key(tmp_path):
     (tmp_path / "scorers").mkdir()
     shutil.copy(REPO_ROOT / "scorers" / "cosine.py", tmp_path / "scorers" / "cosine.py")
     params = {"plugins": ["scorers/cosine.py"], "train": {"grid": {"scorer": ["none", "cosine"]}}}

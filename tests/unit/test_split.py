@@ -21,7 +21,13 @@ from pipeline.data.split import (
 from tests.support import synthetic_pairs, write_tsv
 
 CONFIG = SplitConfig(
-    seed=7, dev_size=60, test_size=180, bucket_width=10, num_buckets=6, test_min_per_bucket=20
+    seed=7,
+    dev_size=60,
+    test_size=180,
+    bucket_width=10,
+    num_buckets=6,
+    test_min_per_bucket=20,
+    max_train_words=None,  # every pair of these tests trains (the default cuts at 30 words)
 )
 
 

@@ -11,7 +11,7 @@ from pipeline.data.pairs import read_tsv_pairs
 from pipeline.data.tokenize import TokenizeError, tokenize
 from tests.support import synthetic_pairs, write_tsv
 
-SPLIT = SplitConfig(dev_size=40, test_size=120, test_min_per_bucket=10)
+SPLIT = SplitConfig(dev_size=40, test_size=120, test_min_per_bucket=10, max_train_words=None)
 
 
 @pytest.fixture(scope="module")
