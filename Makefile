@@ -35,7 +35,11 @@ browser:
 	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
 	  (echo "error: install Chromium (apt-get install chromium) for the report's browser check" >&2; exit 1)
 
-study: setup          ## reproduce the whole study (dvc repro)
+# PRESET=quick: params.yaml from presets/quick.yaml first, the default study with the
+# preset's keys over it (python -m tools.preset quick; git checkout params.yaml: back).
+PRESET ?=
+study: setup          ## reproduce the whole study (dvc repro); PRESET=name: a preset first
+	$(if $(PRESET),python -m tools.preset $(PRESET))
 	dvc repro
 
 test: setup           ## the full test suite, end-to-end tests included (what CI runs)

@@ -12,7 +12,9 @@ they run from a checkout, e.g. ``python -m tools.browser reports/index.html``:
   speed?);
 - ``tools.profile_step``: where a training step's time goes (``torch.profiler``);
 - ``tools.learning_curves`` and ``tools.plateau_calibration``: learning curves without
-  early stopping, and the plateau rule replayed on them (the step cap's calibration).
+  early stopping, and the plateau rule replayed on them (the step cap's calibration);
+- ``tools.preset``: writes ``params.yaml`` as the default study with a preset's keys over
+  it (``make study PRESET=quick``).
 
 ``browser`` and ``mlflow_ui`` need Playwright and Pillow, from the ``test`` or ``dev``
 extras (``pip install -e ".[dev]"``). docs/benchmarks.md, "Tools", says more.
