@@ -14,6 +14,7 @@ from pipeline.config import load_config
 from pipeline.config.infra import Infra, load_infra
 from pipeline.config.params import Config, ConfigError
 from pipeline.errors import StageError
+from pipeline.scorers.plugins import load_plugins
 
 logger = logging.getLogger("stages")
 
@@ -105,6 +106,7 @@ def run(
     setup_logging(args.verbose)
     try:
         config = load_config(args.params)
+        load_plugins(list(config.plugin_sources))  # the stage trains/decodes/reports with them
         code = main(args, config)
     except (ConfigError, StageError, ValueError, OSError) as err:
         if not user_error(err):

@@ -15,18 +15,16 @@ from pathlib import Path
 
 from pipeline.config.grid import validate_grid
 from pipeline.config.params import Config, ConfigError, read_params
-from pipeline.scorers.plugins import load_plugins
 
 
 def load_config(path: str | Path = "params.yaml") -> Config:
     """Load and validate ``params.yaml`` (sections, plugin scorers, then the grid: every
-    axis and value, unique variant ids, ``train.only``), then load its plugin scorers into
-    this process, the explicit step of a process that trains, decodes or reports with them
-    (a stage; a Ray trial or task loads them from its spec). :func:`read_params` reads
-    without that step."""
+    axis and value, unique variant ids, ``train.only``). Nothing of the process changes:
+    a process that trains, decodes or reports with the plugin scorers loads them itself
+    (``load_plugins(config.plugin_sources)``: a stage's entry point, a Ray trial or task
+    from its spec)."""
     config = read_params(path)
     validate_grid(config)
-    load_plugins(list(config.plugin_sources))
     return config
 
 

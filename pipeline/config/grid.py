@@ -18,9 +18,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config.params import ConfigError, ModelConfig, TrainConfig, build
+from pipeline.scorers import catalogue
 
 if TYPE_CHECKING:
     from pipeline.config.params import Config
+
+TRAINING_REVISION = 4
+"""Part of every variant's key (:meth:`Variant.key`, the key of the variant cache and of
+the resume state): raised when a change of the training code (``pipeline/train``,
+``pipeline/models``, ``pipeline/kernels``) alters what training computes for the same
+config (not for a refactor), so that neither hands back a variant trained by the code
+before it. 1: up to the LSTM default; 2: the compiled additive-energy kernel, whose
+rounding differs from the torch blocks'; 3: the plateau rule's learning-rate floor;
+4: fp32 without TF32 on GPUs."""
 
 _ID_AXES = ("scorer", "reverse_source", "hidden_size", "seed")
 GRID_SETTINGS = {"grid", "grid_include", "only", "allow_partial"}
@@ -47,12 +57,20 @@ class Variant:
 
     def config_hash(self, data_hash: str = "", revision: int = 0, code: str = "") -> str:
         """Hash of the full config, the data it trains on, the training code's
-        ``revision`` and, for a plugin scorer, its source digest ``code`` (the variant's
-        cache key: :func:`pipeline.train.trainer.variant_key`)."""
+        ``revision`` and, for a plugin scorer, its source digest ``code``."""
         payload = {"params": self.flat_params(), "data": data_hash, "revision": revision}
         if code:
             payload["code"] = code
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def key(self, data_hash: str) -> str:
+        """The variant's identity, its cache and resume key: its config, the data,
+        :data:`TRAINING_REVISION` and, for a plugin scorer, the digest of the plugin's
+        source (an edit retrains it). The train stage computes it once per variant and
+        carries it (trial, trainer, variant cache, MLflow)."""
+        entry = catalogue.get(self.model.scorer)
+        code = entry.source_digest if entry is not None and entry.plugin else ""
+        return self.config_hash(data_hash, revision=TRAINING_REVISION, code=code)
 
 
 def _validate_axes(config: Config, where: str, grid: dict[str, list[Any]]) -> None:

@@ -70,7 +70,6 @@ from pipeline.sweep.trial import (
 )
 from pipeline.tracking.outbox import Outbox, pending_journals, send_pending
 from pipeline.tracking.store import UNFINISHED, Tracker, TrackingError
-from pipeline.train.trainer import variant_key
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +209,7 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
 
 
 def plan(config: Config, infra: Infra, data: TokenizedData, only=None) -> dict[str, TrialSpec]:
-    """The selected variants of the grid, each with its key (:func:`variant_key`, computed
+    """The selected variants of the grid, each with its key (:meth:`Variant.key`, computed
     here once and carried by its :class:`TrialSpec`), resources and plugin sources."""
     data_hash = data.fingerprint()
     resources = TaskResources.from_config(infra.ray)
@@ -224,7 +223,7 @@ def plan(config: Config, infra: Infra, data: TokenizedData, only=None) -> dict[s
     return {
         v.id: TrialSpec(
             v,
-            variant_key(v, data_hash),
+            v.key(data_hash),
             resources,
             trial_timeout_minutes=infra.ray.trial_timeout_minutes,
             plugins=plugins,

@@ -64,25 +64,8 @@ from pipeline.models.checkpoint import VocabInfo, atomic_torch_save, save_checkp
 from pipeline.models.search import translate
 from pipeline.models.seq2seq import Seq2Seq
 from pipeline.runtime.precision import autocast, resolve
-from pipeline.scorers import catalogue
 
 logger = logging.getLogger(__name__)
-
-TRAINING_REVISION = 4
-"""Part of every variant's config hash (the key of the variant cache and of the resume
-state): raised when a code change alters what training computes for the same config (not
-for a refactor), so that neither hands back a variant trained by the code before it.
-1: up to the LSTM default; 2: the compiled additive-energy kernel (pipeline/kernels/native),
-whose rounding differs from the torch blocks'; 3: the plateau rule's learning-rate floor;
-4: fp32 without TF32 on GPUs."""
-
-
-def variant_key(variant: Variant, data_hash: str) -> str:
-    """The variant's cache and resume key: its config, the data, :data:`TRAINING_REVISION`
-    and, for a plugin scorer, the digest of the plugin's source (an edit retrains it)."""
-    entry = catalogue.get(variant.model.scorer)
-    code = entry.source_digest if entry is not None and entry.plugin else ""
-    return variant.config_hash(data_hash, revision=TRAINING_REVISION, code=code)
 
 
 class TrainCallback:
@@ -316,8 +299,8 @@ def train_variant(
 ) -> TrainResult:
     """Train ``variant`` on ``data`` (or the ``data/tok`` folder it names) into ``out_dir``,
     calling ``callbacks`` (:class:`TrainCallback`) as it goes. ``key``: the variant's
-    :func:`variant_key` where the caller computed it (the sweep does, once per variant);
-    else it is computed here."""
+    :meth:`~pipeline.config.grid.Variant.key` where the caller computed it (the sweep does,
+    once per variant); else it is computed here."""
     energy_kernel = "unused"
     if variant.model.scorer == "additive" and torch.device(device).type == "cpu":
         # built before the clock (once a machine; prepare_process(kernels=True) builds it
@@ -476,7 +459,7 @@ class Trainer:
         self._pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # unchecked steps
         self.train_split, self.dev = data.split("train"), _DevSet(data, self.cfg)
         self.vocab = VocabInfo.from_data(data)
-        self.config_hash = key or variant_key(variant, data.fingerprint())
+        self.config_hash = key or variant.key(data.fingerprint())
         torch.manual_seed(self.cfg.seed)
         self.model = Seq2Seq(variant.model, self.vocab.src_vocab_size, self.vocab.tgt_vocab_size)
         if variant.model.output_bias == "unigram":

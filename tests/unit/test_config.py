@@ -2,12 +2,11 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pipeline.config import load_config
+from pipeline.config import grid, load_config
 from pipeline.config.grid import expand_grid, select
 from pipeline.config.infra import InfraFile, load_infra
 from pipeline.config.params import Config, ConfigError, build, read_params
 from pipeline.tracking.store import resolve_uri
-from pipeline.train import trainer
 from tests.support import REPO_ROOT, write_params
 
 
@@ -165,11 +164,11 @@ def test_config_hash_changes_with_the_training_revision(monkeypatch):
     """A code change that alters what training computes raises TRAINING_REVISION, and
     every cached variant of the code before it is then a miss."""
     variant = expand_grid(Config())[0]
-    before = trainer.variant_key(variant, "data")
-    monkeypatch.setattr(trainer, "TRAINING_REVISION", trainer.TRAINING_REVISION + 1)
-    assert trainer.variant_key(variant, "data") != before
+    before = variant.key("data")
+    monkeypatch.setattr(grid, "TRAINING_REVISION", grid.TRAINING_REVISION + 1)
+    assert variant.key("data") != before
     monkeypatch.undo()
-    assert trainer.variant_key(variant, "data") == before
+    assert variant.key("data") == before
 
 
 def test_grid_include_adds_points_once_with_defaults_for_other_axes(tmp_path):

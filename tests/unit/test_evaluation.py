@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pytest
 
+from pipeline.artifacts import SweepRecord, VariantRecord
 from pipeline.evaluate.decode import attention_example_indices
 from pipeline.evaluate.metrics import (
     Buckets,
@@ -11,7 +12,6 @@ from pipeline.evaluate.metrics import (
     monotonicity_gap,
     score_system,
 )
-from pipeline.artifacts import SweepRecord, VariantRecord
 from pipeline.evaluate.registry import dev_choice
 from pipeline.study.statistics import bonferroni, format_p
 

@@ -21,7 +21,6 @@ from pipeline.scorers.plugins import (
     read_plugins,
     scan_plugins,
 )
-from pipeline.train.trainer import variant_key
 from tests.support import REPO_ROOT, write_params
 
 GOOD = (REPO_ROOT / "scorers" / "cosine.py").read_text()
@@ -108,13 +107,15 @@ def test_a_stage_loads_the_plugin_and_its_edits_change_the_cache_key(tmp_path):
     shutil.copy(REPO_ROOT / "scorers" / "cosine.py", tmp_path / "scorers" / "cosine.py")
     params = {"plugins": ["scorers/cosine.py"], "train": {"grid": {"scorer": ["none", "cosine"]}}}
     config = load_config(write_params(tmp_path / "params.yaml", params))
+    assert "cosine" not in catalogue.names()  # reading params loads nothing
+    load_plugins(list(config.plugin_sources))  # as a stage's entry point does
     variants = {v.model.scorer: v for v in expand_grid(config)}
-    before = {name: variant_key(v, "data") for name, v in variants.items()}
+    before = {name: v.key("data") for name, v in variants.items()}
     edited = GOOD.replace("2.3", "2.0")
     (tmp_path / "scorers" / "cosine.py").write_text(edited)
-    load_config(tmp_path / "params.yaml")
-    assert variant_key(variants["cosine"], "data") != before["cosine"]  # retrained
-    assert variant_key(variants["none"], "data") == before["none"]  # untouched
+    load_plugins(list(load_config(tmp_path / "params.yaml").plugin_sources))
+    assert variants["cosine"].key("data") != before["cosine"]  # retrained
+    assert variants["none"].key("data") == before["none"]  # untouched
 
 
 def test_params_errors_name_the_key_and_the_file(tmp_path):
