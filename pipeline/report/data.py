@@ -37,6 +37,18 @@ def _read_json(path: Path) -> dict[str, Any]:
     return read_record(path, "dvc repro evaluate")
 
 
+@dataclass(frozen=True)
+class ReportPaths:
+    """The report stage's folders: the project ``root`` (its git state, for the
+    provenance), what it reads (``models``, ``eval``, ``raw``) and writes (``out``)."""
+
+    root: Path
+    models: Path
+    eval: Path
+    raw: Path
+    out: Path
+
+
 @dataclass
 class StudyData:
     table: pd.DataFrame  # one row per variant of the grid

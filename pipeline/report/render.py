@@ -20,7 +20,7 @@ from pipeline.artifacts import EvalFiles
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config
 from pipeline.io import atomic_dir, write_json
-from pipeline.report.data import StudyData, length_means, load_study
+from pipeline.report.data import ReportPaths, StudyData, length_means, load_study
 from pipeline.report.figures import (
     bleu_by_length_figure,
     forest_figure,
@@ -199,22 +199,14 @@ def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> 
     }
 
 
-def build_report(
-    config: Config,
-    infra: Infra,
-    root: Path,
-    models_dir: Path,
-    eval_dir: Path,
-    raw_dir: Path,
-    out_dir: Path,
-) -> dict[str, Any]:
+def build_report(config: Config, infra: Infra, paths: ReportPaths) -> dict[str, Any]:
     """Write the whole report folder atomically, then add it to the evaluation's MLflow
     run; returns a small summary."""
     from pipeline.report.pages import render_html, render_markdown
 
-    data = load_study(models_dir, eval_dir, raw_dir)
+    data = load_study(paths.models, paths.eval, paths.raw)
     main = data.main_decoding
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(paths.out) as tmp:
         figures = tmp / "figures"
         figures.mkdir()
         written: dict[str, str] = {}
@@ -252,7 +244,7 @@ def build_report(
             "chrf": ranking_chrf(data.table, data.ranking),
             "rows": _table_rows(table),
             "failed": table[table.status == "failed"][["variant", "error"]].values.tolist(),
-            "provenance": provenance(config, root, data, infra.tracking.experiment),
+            "provenance": provenance(config, paths.root, data, infra.tracking.experiment),
             "params": config.model_dump(),
             "by_length": data.by_length,
             "ranking": data.ranking,
@@ -261,7 +253,7 @@ def build_report(
         }
         (tmp / "index.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "README.md").write_text(render_markdown(context), encoding="utf-8")
-    log_report(infra, data.evaluation.eval_key, out_dir)
+    log_report(infra, data.evaluation.eval_key, paths.out)
     return {
         "variants": len(data.table),
         "evaluated": len(data.evaluated),

@@ -15,6 +15,7 @@ from pipeline.artifacts import EvalFiles, EvaluationSummary, SweepRecord, Varian
 from pipeline.config import load_config
 from pipeline.config.infra import Infra
 from pipeline.report import render
+from pipeline.report.data import ReportPaths
 from tests.support import tiny_params, write_params
 
 BUCKETS = [("1-5", "inside"), ("6-10", "inside"), ("11+", "beyond")]
@@ -201,15 +202,8 @@ def report(tmp_path, monkeypatch):
     params["fetch"]["split"]["max_train_words"] = 10
     config = load_config(write_params(tmp_path / "params.yaml", params))
     models, out = write_study(tmp_path)
-    render.build_report(
-        config,
-        Infra.default(tmp_path),
-        tmp_path,
-        models,
-        out,
-        tmp_path / "raw",
-        tmp_path / "reports",
-    )
+    paths = ReportPaths(tmp_path, models, out, tmp_path / "raw", tmp_path / "reports")
+    render.build_report(config, Infra.default(tmp_path), paths)
     return tmp_path / "reports"
 
 
