@@ -450,10 +450,11 @@ def _parent_run(outbox: Outbox, grid: dict, infra: Infra, data_hash, specs) -> N
     """The sweep's MLflow parent: an interrupted sweep of the same grid is continued."""
     params = {"variants": len(specs), "grid": json.dumps(grid)}
     params.update({f"ray.{k}": v for k, v in infra.ray.model_dump().items()})
+    key = {"kind": "sweep", "grid_hash": _grid_hash(specs)}
     outbox.start_run(
         SWEEP_REF,
         f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
-        {"kind": "sweep", "grid_hash": _grid_hash(specs)},
+        key,
         reuse=UNFINISHED,
         params=params,
         tags={"data_hash": data_hash},
