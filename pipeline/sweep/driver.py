@@ -462,12 +462,15 @@ def _parent_run(outbox: Outbox, grid: dict, infra: Infra, data_hash, specs) -> N
 
 
 def _counts(outcomes: dict[str, VariantOutcome]) -> dict[str, int]:
-    """Finished and failed variants, and how many of the finished came from the cache."""
+    """Finished and failed variants (their status), and where the finished came from
+    (their source: trained by this run, or cached)."""
     records = [o.record for o in outcomes.values()]
+    sources = [o.source for o in outcomes.values()]
     return {
         FINISHED: sum(r.finished for r in records),
         FAILED: sum(not r.finished for r in records),
-        "cached": sum(o.source == "cached" for o in outcomes.values()),
+        "trained": sources.count("trained"),
+        "cached": sources.count("cached"),
     }
 
 

@@ -70,7 +70,9 @@ def test_mlflow_children_nest_under_one_parent_with_epoch_and_summary_metrics(tr
     children = [r for r in all_runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and len(children) == 4
     assert parents[0].data.tags["kind"] == "sweep" and parents[0].info.status == "FINISHED"
-    assert parents[0].data.metrics["variants_trained"] == 4
+    metrics = parents[0].data.metrics
+    assert metrics["variants_trained"] == metrics["variants_finished"] == 4
+    assert metrics["variants_failed"] == metrics["variants_cached"] == 0
     assert "sweep.json" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     experiment = client.get_experiment(parents[0].info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
