@@ -16,7 +16,6 @@ from scipy import stats
 
 from pipeline.artifacts import (
     COMPARISONS,
-    FAILED,
     FINDINGS,
     LEARNING_CURVES,
     RANKING,
@@ -69,7 +68,7 @@ class StudyData:
 
     @property
     def evaluated(self) -> pd.DataFrame:
-        return self.table[self.table["status"] == "evaluated"]
+        return self.table[self.table["evaluated"]]
 
     @property
     def first_seeds(self) -> pd.DataFrame:
@@ -92,11 +91,11 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
     rows, curves = [], []
     for row in sweep.table().to_dict("records"):
         variant_id = row["variant"]
-        row["status"] = FAILED if row["status"] == FAILED else "not evaluated"
+        row["evaluated"] = False
         metrics_file = EvalFiles(eval_dir / variant_id).metrics
         if variant_id in evaluation.variants and metrics_file.is_file():
             metrics = _read_json(metrics_file)
-            row.update(_metric_columns(metrics), status="evaluated")
+            row.update(_metric_columns(metrics), evaluated=True)
             curves += [{"variant": variant_id, **b} for b in metrics["by_length"]]
         rows.append(row)
     table = pd.DataFrame(rows)

@@ -252,7 +252,7 @@ def ranking_chrf(table: pd.DataFrame, ranking: pd.DataFrame) -> dict[str, float]
     ranking row averages: the findings' configuration (:class:`Grid`: source forward,
     the hidden size with the most seeds), the same seeds. A scorer whose variants the
     table does not match, or whose chrF is missing, is left out."""
-    evaluated = table[table.status == "evaluated"] if "status" in table else table
+    evaluated = table[table.evaluated] if "evaluated" in table else table
     needed = {"variant", "scorer", "reverse_source", "hidden_size", "seed", "rest", "chrf"}
     if ranking is None or not len(ranking) or evaluated.empty or not needed <= set(evaluated):
         return {}
@@ -379,7 +379,7 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
     variants did not converge, how many variants converged, and which verdicts depend on
     decoding. (The best scorer is further down: :func:`best_scorer`.)"""
     parts = []
-    evaluated = table[table.status == "evaluated"]
+    evaluated = table[table.evaluated]
     capped = study.get("excluded_from_confirmatory") or []
     if len(evaluated) and len(capped) > len(evaluated) / 2:
         parts.append(

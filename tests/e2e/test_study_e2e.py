@@ -254,7 +254,7 @@ def test_failed_variants_are_reported_not_fatal(project):
     assert failed == sorted(k for k in sweep["variants"] if k.endswith("lr1e+36"))
     summary = pd.read_csv(root / "reports" / "summary.csv")
     assert sorted(summary[summary.status == "failed"].variant) == failed
-    assert set(summary[summary.status == "evaluated"].variant) == set(
+    assert set(summary[summary.evaluated].variant) == set(
         json.loads((root / "eval" / "summary.json").read_text())["variants"]
     )
     readme = (root / "reports" / "README.md").read_text()
@@ -277,7 +277,7 @@ def test_failed_variants_are_reported_not_fatal(project):
     beam = findings["findings"]["beam"]
     assert all(f["verdict"] == "not testable" and "plateau" in f["why"] for f in beam)
     curves = pd.read_csv(root / "eval" / "learning_curves.csv")
-    assert set(curves.variant) == set(summary[summary.status == "evaluated"].variant)
+    assert set(curves.variant) == set(summary[summary.evaluated].variant)
     sections = (
         "## Verdicts",
         "## Scorers ranked",

@@ -15,7 +15,8 @@ def table(steps: list[int], caps: list[int]) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "variant": [f"v{i}" for i in range(len(steps))],
-            "status": "evaluated",
+            "status": "finished",
+            "evaluated": True,
             "steps": steps,
             "config": [json.dumps({"max_steps": cap}) for cap in caps],
         }
