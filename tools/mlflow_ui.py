@@ -173,7 +173,7 @@ def compare_screenshot(page_url: str, out: Path, width: int = 1500) -> str:
     MLflow draws the metrics table as a virtualised grid seven rows high, in name order;
     a ``test`` run's metrics are chosen so that those rows are best dev BLEU, best epoch,
     epochs, still improving and test BLEU (``TEST_RUN_SUMMARY`` in
-    :mod:`pipeline.evaluate.stage`). Visualisations and parameters are collapsed, the
+    :mod:`pipeline.evaluate.registry`). Visualisations and parameters are collapsed, the
     assistant panel and the side bar closed; the two captures are stacked (Pillow).
     Returns the page's text.
     """

@@ -48,7 +48,7 @@ TABLE_COLUMNS = {
     "converged": "stopped",
     "train_minutes": "train min",
     "tokens_per_s": "tokens/s",
-    "status": "status",
+    "shown_status": "status",
 }
 
 
@@ -119,6 +119,10 @@ def summary_table(data: StudyData) -> pd.DataFrame:
     table["converged"] = [
         "-" if status == "failed" else "plateau" if plateaued else f"{reason} (not converged)"
         for status, plateaued, reason in zip(table.status, table.plateaued, table.stop_reason)
+    ]
+    table["shown_status"] = [
+        status if evaluated or status == "failed" else f"{status}, not evaluated"
+        for status, evaluated in zip(table.status, table.evaluated)
     ]
     table["order"] = table.scorer.map(catalogue.order_of)
     table = table.sort_values(["hidden_size", "order", "reverse_source", "variant"])
@@ -228,7 +232,9 @@ def build_report(config: Config, infra: Infra, paths: ReportPaths) -> dict[str, 
             heatmap_comparison_figure(panels, title, figures / "attention_heatmaps")
             written["heatmaps"] = "figures/attention_heatmaps"
         table = summary_table(data)
-        table.drop(columns=["order", "config"]).to_csv(tmp / "summary.csv", index=False)
+        table.drop(columns=["order", "config", "shown_status"]).to_csv(
+            tmp / "summary.csv", index=False
+        )
         write_json(tmp / "findings.json", data.findings)  # what the README's results quote
         data.ranking.to_csv(tmp / "ranking.csv", index=False)
         context = {

@@ -225,3 +225,7 @@ def test_the_report_is_built_from_the_newer_findings(report):
     assert "\nA note.\n" in readme
     page = (report / "index.html").read_text()
     assert "<span class='v-equivalent'>equivalent</span>" in page
+    # the table's status is the record's (finished | failed); evaluated is its own column
+    table = pd.read_csv(report / "summary.csv")
+    assert set(table.status) == {"finished"} and table.evaluated.all()
+    assert "| finished |" in readme and "not evaluated" not in readme
