@@ -17,8 +17,8 @@ from pipeline.artifacts import (
     COMPARISONS,
     FINDINGS,
     RANKING,
-    SweepRecord,
     VariantRecord,
+    variant_table,
 )
 from pipeline.config.params import Config
 from pipeline.evaluate.data import Scores, TestSet
@@ -150,7 +150,7 @@ def study_findings(
     when the corpus has them) make the bootstrap draw whole chapters."""
     stats, main, clusters = scores.stats, scores.main, test.clusters
     source_words, buckets = test.source_words, test.buckets
-    table = SweepRecord("", variants).table()[VARIANT_COLUMNS]
+    table = variant_table(variants.values())[VARIANT_COLUMNS]
     grid = Grid(table)
     reference, dev_means = choose_reference(grid)
     named, strata, _ = subsets(source_words, buckets, config.fetch.split.max_train_words)
