@@ -67,7 +67,7 @@ def _train(variant, tok: str, out: str, device: str, threads: int, seconds: floa
         "seed": variant.train.seed,
         "steps": result.steps,
         "wall_s": round(wall, 1),
-        "steps_per_s": round(result.steps / wall, 2),
+        "steps_per_s": round(result.steps / wall, 2),  # evaluations included
         "tokens_per_s": round(result.tokens_per_s),
         "stop_reason": result.stop_reason,
         "best_step": result.best_step,
@@ -111,6 +111,9 @@ def estimate(rows: list[dict], config, packing: int) -> dict:
             per_size[hidden] = None
             continue
         plateaued = all(r["stop_reason"] == "early_stopping" for r in measured)
+        if not all(r["steps_per_s"] > 0 for r in measured):
+            per_size[hidden] = None
+            continue
         steps = max(r["steps"] for r in measured) if plateaued else cap
         rate = statistics.mean(r["steps_per_s"] for r in measured)
         count = sum(v.model.hidden_size == hidden for v in grid)
@@ -131,7 +134,7 @@ def render(summary: dict) -> str:
         f"{summary['packing']} trainings at once, {summary['threads']} CPU threads each, "
         f"safety stop after {summary['minutes']} min; torch {summary['torch']}.",
         "",
-        "| variant | updates | updates/s | target tokens/s | stop | best step | best dev BLEU |",
+        "| variant | updates | updates/s | target tokens/s | stop | best step | its dev BLEU |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in sorted(summary["variants"], key=lambda r: (r["hidden"], r["scorer"], r["seed"])):
