@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config.params import ConfigError, ModelConfig, TrainConfig, build
@@ -62,6 +62,13 @@ class Variant:
         if code:
             payload["code"] = code
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def with_precision(self, auto: str | None) -> Variant:
+        """The variant with ``train.precision: auto`` resolved to ``auto`` (the trials'
+        hardware decides it; ``None``: left as it is)."""
+        if self.train.precision != "auto" or auto is None:
+            return self
+        return replace(self, train=self.train.model_copy(update={"precision": auto}))
 
     def key(self, data_hash: str) -> str:
         """The variant's identity, its cache and resume key: its config, the data,

@@ -14,7 +14,7 @@ CPU without bf16 instructions, a broken plugin) costs seconds, not a sweep of re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +56,19 @@ def family_key(model: ModelConfig) -> str:
     """What makes two models one family for the preflight (all fields but
     :data:`FAMILY_AXES`)."""
     return repr(sorted(model.model_dump(exclude=set(FAMILY_AXES)).items()))
+
+
+def families(members: Iterable[tuple[str, ModelConfig, Hashable]]) -> dict[str, list[str]]:
+    """Member ids grouped by what a check of them computes and costs: their model's
+    :func:`family_key` and what else their step depends on (the third item: the train
+    stage's batch size and precision, ``None`` for decoding); keyed by each group's first
+    id, in order."""
+    groups: dict[str, list[str]] = {}
+    firsts: dict[tuple, str] = {}
+    for member_id, model, extra in members:
+        first = firsts.setdefault((family_key(model), extra), member_id)
+        groups.setdefault(first, []).append(member_id)
+    return groups
 
 
 def build_model(config: ModelConfig, data: TokenizedData, device: str) -> Seq2Seq:
@@ -133,11 +146,8 @@ def check_decoding(
     dev = data.split("dev")
     split = dev.subset(np.arange(min(4, len(dev))))
     resolved = resolve(precision, device)
-    groups: dict[str, list[str]] = {}
-    for variant_id, model in models.items():
-        groups.setdefault(family_key(model), []).append(variant_id)
     checks = []
-    for ids in groups.values():
+    for ids in families((i, model, None) for i, model in models.items()).values():
         config = models[ids[0]]
         try:
             model = build_model(config, data, device)

@@ -45,7 +45,7 @@ from pipeline.artifacts import (
     VariantFiles,
     VariantRecord,
 )
-from pipeline.config.grid import GRID_SETTINGS, Variant, expand_grid, select
+from pipeline.config.grid import GRID_SETTINGS, expand_grid, select
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config
 from pipeline.data.dataset import TokenizedData
@@ -130,12 +130,6 @@ class VariantOutcome:
 
 
 # ----------------------------------------------------------------------- sweep
-def _with_precision(variant: Variant, auto: str | None) -> Variant:
-    if variant.train.precision != "auto" or auto is None:
-        return variant
-    return replace(variant, train=variant.train.model_copy(update={"precision": auto}))
-
-
 class _ProjectResumeAdvice(logging.Filter):
     """Drops Tune's "Resume experiment with: Tuner.restore(...)" on an interrupt: this
     project resumes by running the stage again (:class:`SweepInterruptedError` says so)."""
@@ -218,7 +212,7 @@ def plan(config: Config, infra: Infra, data: TokenizedData, only=None) -> dict[s
     if any(v.train.precision == "auto" for v in variants):
         auto = resolve_auto_precision(infra.ray, resources)
         logger.info("train.precision auto -> %s on the trials' hardware", auto)
-    variants = [_with_precision(v, auto) for v in variants]
+    variants = [v.with_precision(auto) for v in variants]
     plugins = tuple(loaded_plugins())
     return {
         v.id: TrialSpec(

@@ -2,18 +2,19 @@
 long will the grid take?
 
 Run by the train stage before the sweep starts (on this machine for a local Ray, else as
-one Ray task with a trial's resources): each model family (:mod:`pipeline.models.preflight`)
-trains :data:`WARMUP_STEPS` warm-up and :data:`TIMED_STEPS` timed optimizer steps on real
-batches, in the resolved ``train.precision``, at a trial's threads. A failure is one line
-naming the params key (:class:`PreflightError`); the measured seconds per step give the
-stage's time estimate (:func:`estimate`).
+one Ray task with a trial's resources): each model family
+(:func:`pipeline.models.preflight.families`) trains :data:`WARMUP_STEPS` warm-up and
+:data:`TIMED_STEPS` timed optimizer steps on real batches, in the resolved
+``train.precision``, at a trial's threads. A failure is one line naming the params key
+(:class:`PreflightError`); the measured seconds per step give the stage's time estimate
+(:func:`estimate`).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ from pipeline.models.preflight import (  # noqa: F401  (PreflightError: re-expor
     build_model,
     check_scorer_shapes,
     fail,
-    family_key,
+    families,
 )
 from pipeline.runtime.precision import resolve
 from pipeline.train.trainer import make_optimizer, optimizer_step
@@ -51,19 +52,6 @@ the default grid's trials in fp32 on a 2-core AVX2 CPU, hidden 128 and 256
 (docs/budget.md, "Numerics")."""
 
 
-def families(variants: Iterable[Variant]) -> dict[str, list[Variant]]:
-    """Variants grouped by what a training step computes and costs (the model's
-    :func:`~pipeline.models.preflight.family_key`, the batch size, the precision); keyed
-    by the first variant's id."""
-    groups: dict[str, list[Variant]] = {}
-    keys: dict[tuple, str] = {}
-    for variant in variants:
-        key = (family_key(variant.model), variant.train.batch_tokens, variant.train.precision)
-        first = keys.setdefault(key, variant.id)
-        groups.setdefault(first, []).append(variant)
-    return groups
-
-
 def _sample_batches(data: TokenizedData, variant: Variant, count: int) -> list:
     """``count`` real training batches of the variant's size, of typical length."""
     split = data.split("train")
@@ -81,17 +69,22 @@ def check_training(
     """:data:`WARMUP_STEPS` and :data:`TIMED_STEPS` timed training steps per model family, at
     ``threads`` torch threads (a trial's share); raises :class:`PreflightError`."""
     check_scorer_shapes([v.model.scorer for v in variants], variants[0].model.hidden_size)
+    # one check per model family, batch size and precision: what a step computes and costs
+    groups = families((v.id, v.model, (v.train.batch_tokens, v.train.precision)) for v in variants)
+    by_id = {v.id: v for v in variants}
     saved_threads, checks = torch.get_num_threads(), []
     torch.set_num_threads(max(1, threads))
     try:
-        for name, family in families(variants).items():
+        for name, ids in groups.items():
+            family = [by_id[i] for i in ids]
             variant = family[0]
             precision = resolve(variant.train.precision, device)
+            batches = _sample_batches(data, variant, WARMUP_STEPS + TIMED_STEPS)
             try:
                 model = build_model(variant.model, data, device)
                 optimizer = make_optimizer(model, variant.train.learning_rate)
                 seconds = []
-                for batch in _sample_batches(data, variant, WARMUP_STEPS + TIMED_STEPS):
+                for batch in batches:
                     start = time.perf_counter()
                     loss, _, _ = optimizer_step(
                         model, optimizer, batch.to(device), variant.train, precision, device

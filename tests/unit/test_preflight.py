@@ -30,7 +30,6 @@ from pipeline.train.preflight import (
     FamilyCheck,
     check_training,
     estimate,
-    families,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -42,16 +41,29 @@ def _lstm(variant):
     return replace(variant, model=variant.model.model_copy(update={"cell": "lstm"}))
 
 
-def test_families_group_variants_that_differ_only_in_seed_or_reversal(make_variant):
+def test_families_group_variants_that_differ_only_in_seed_or_reversal(make_variant, tiny_tok_dir):
     variants = [make_variant("additive", seed=s) for s in (1, 2)] + [make_variant("none")]
     forward_model = variants[0].model.model_copy(update={"reverse_source": False})
     forward = replace(variants[0], id="additive-fwd", model=forward_model)
-    groups = families([*variants, forward])
-    assert sorted(len(g) for g in groups.values()) == [1, 3]
+    data = TokenizedData.load(tiny_tok_dir)
+    checks = check_training([*variants, forward], data, "cpu", threads=1)
+    assert sorted(c.variants for c in checks) == [
+        (variants[0].id, variants[1].id, "additive-fwd"),
+        (variants[2].id,),
+    ]
     bigger = replace(
         variants[0], id="big", model=variants[0].model.model_copy(update={"hidden_size": 64})
     )
-    assert len(families([*variants, bigger])) == 3  # another size is another family
+    assert len(check_training([*variants, bigger], data, "cpu", threads=1)) == 3
+    smaller_batches = replace(
+        variants[1], train=variants[1].train.model_copy(update={"batch_tokens": 50})
+    )
+    # another size or batch size is another family: a step computes and costs another thing
+    assert len(check_training([variants[0], smaller_batches], data, "cpu", threads=1)) == 2
+    decoding = check_decoding(
+        {v.id: v.model for v in [*variants, forward]}, data, beam_size=2, precision="fp32"
+    )
+    assert sorted(len(c.variants) for c in decoding) == [1, 3]  # the same families
 
 
 def test_every_family_trains_and_is_timed_in_fp32(make_variant, tiny_tok_dir):
