@@ -14,9 +14,29 @@ import numpy as np
 from pipeline.artifacts import SweepRecord, VariantRecord
 from pipeline.config.params import Config
 from pipeline.data.pairs import parse_tsv_pairs, read_groups
+from pipeline.data.split import length_bucket
 from pipeline.errors import StageError
-from pipeline.evaluate.decode import DecodeResult, attention_example_indices
+from pipeline.evaluate.decode import DecodeResult
 from pipeline.evaluate.metrics import Buckets
+
+
+def attention_example_indices(
+    source_words: np.ndarray, per_bucket: int, width: int, count: int, seed: int
+) -> np.ndarray:
+    """A fixed, seeded choice of test sentences spread over the length buckets.
+
+    ``per_bucket`` examples are drawn in total, round-robin over buckets from short to
+    long, so every variant shows the same sentences.
+    """
+    rng = np.random.default_rng(seed)
+    buckets = np.array([length_bucket(int(w), width, count) for w in source_words])
+    pools = [list(rng.permutation(np.flatnonzero(buckets == b))) for b in range(count)]
+    chosen: list[int] = []
+    while len(chosen) < per_bucket and any(pools):
+        for pool in pools:
+            if pool and len(chosen) < per_bucket:
+                chosen.append(int(pool.pop()))
+    return np.array(sorted(chosen, key=lambda i: (source_words[i], i)), dtype=np.int64)
 
 
 class EvaluationError(StageError):

@@ -19,7 +19,6 @@ import numpy as np
 from pipeline.artifacts import EvalFiles, VariantFiles
 from pipeline.config.params import EvaluateConfig
 from pipeline.data.dataset import TokenizedData
-from pipeline.data.split import length_bucket
 from pipeline.evaluate.metrics import attention_entropy, monotonicity_gap
 from pipeline.io import atomic_path, write_json, write_text
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
@@ -30,25 +29,6 @@ from pipeline.runtime.process import prepare_process
 from pipeline.scorers.plugins import PluginSource, load_plugins
 
 logger = logging.getLogger(__name__)
-
-
-def attention_example_indices(
-    source_words: np.ndarray, per_bucket: int, width: int, count: int, seed: int
-) -> np.ndarray:
-    """A fixed, seeded choice of test sentences spread over the length buckets.
-
-    ``per_bucket`` examples are drawn in total, round-robin over buckets from short to
-    long, so every variant shows the same sentences.
-    """
-    rng = np.random.default_rng(seed)
-    buckets = np.array([length_bucket(int(w), width, count) for w in source_words])
-    pools = [list(rng.permutation(np.flatnonzero(buckets == b))) for b in range(count)]
-    chosen: list[int] = []
-    while len(chosen) < per_bucket and any(pools):
-        for pool in pools:
-            if pool and len(chosen) < per_bucket:
-                chosen.append(int(pool.pop()))
-    return np.array(sorted(chosen, key=lambda i: (source_words[i], i)), dtype=np.int64)
 
 
 def decode_split(model, split, config: EvaluateConfig, max_ratio: float, device):

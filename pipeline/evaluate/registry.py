@@ -59,6 +59,8 @@ def log_evaluation(
     config, metrics = evaluation.config, evaluation.scores.metrics
     evaluate_params = {f"evaluate.{k}": v for k, v in config.evaluate.model_dump().items()}
     started = evaluation.started
+    scorer = summary.headline.get("best_scorer")  # the study's one "best": chosen on dev
+    chosen = dev_choice(evaluation.evaluated, scorer)
     parent_id = tracker.find_or_start(
         f"evaluate-{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}",
         experiment_key({"kind": "evaluation", "eval_key": summary.eval_key}),
@@ -68,12 +70,10 @@ def log_evaluation(
     )
     try:
         models = _log_test_runs(tracker, parent_id, evaluation, summary.eval_key, evaluate_params)
-        scorer = summary.headline.get("best_scorer")
-        if scorer:  # the study's one "best": the scorer chosen on dev
+        if scorer:
             tracker.log_metrics(parent_id, {"best_test_bleu": best_bleu})
             chosen_on = summary.headline["best_chosen_on"]
             tracker.set_tags(parent_id, {"best_scorer": scorer, "best_chosen_on": chosen_on})
-        chosen = dev_choice(evaluation.evaluated, scorer)
         if chosen in models:
             _register(tracker, parent_id, chosen, models[chosen])
         tracker.finish(parent_id)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pipeline.artifacts import SweepRecord, VariantRecord
-from pipeline.evaluate.decode import attention_example_indices
+from pipeline.evaluate.data import attention_example_indices
 from pipeline.evaluate.metrics import (
     Buckets,
     Scorer,
