@@ -191,7 +191,12 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
         outcomes.update(training.run(todo))
     else:
         _send_earlier_records(infra)
-    sweep = record(paths, data, specs, outcomes)
+    try:
+        sweep = record(paths, data, specs, outcomes)
+    except Exception:
+        if training is not None:
+            training.abort()
+        raise
     failed = list(sweep.failed.values())
     sweep_failed = bool(failed) and not config.train.allow_partial
     minutes = (time.time() - started) / 60
@@ -292,14 +297,21 @@ class Training:
             if pending.reason:
                 raise SweepInterruptedError(pending.reason)
             _raise_if_interrupted(grid, outputs)
+            return _collect(todo, grid, outputs)
         except SweepInterruptedError:
             self.outbox.close(infra.tracking.outage_wait_seconds)  # open for the rerun
             raise
         except Exception:
-            self.outbox.finish(SWEEP_REF, "FAILED")
-            self.outbox.close(infra.tracking.outage_wait_seconds)
+            self.abort()
             raise
-        return _collect(todo, grid, outputs)
+
+    def abort(self) -> None:
+        """Ends the parent run as failed and sends what the outbox holds: an error after
+        the outbox opened (in Tune, or writing ``models/sweep.json``) leaves no run
+        RUNNING and no record behind."""
+        if self.outbox is not None:
+            self.outbox.finish(SWEEP_REF, "FAILED")
+            self.outbox.close(self.infra.tracking.outage_wait_seconds)
 
     def close(self, outcomes: dict[str, VariantOutcome], failed: bool, minutes: float) -> Tracked:
         """The parent run's counts, time and ``models/sweep.json``; its end."""

@@ -143,3 +143,19 @@ def test_processes_opening_a_fresh_sqlite_store_at_once_all_succeed(tmp_path, mo
     with multiprocessing.get_context("spawn").Pool(3) as pool:
         ids = pool.map(_open_store, [str(tmp_path)] * 3)
     assert len(set(ids)) == 1  # one experiment, no schema or creation race
+
+
+def test_a_sweep_that_fails_after_training_ends_its_parent_run_failed(tracker, tmp_path):
+    """An error once the sweep's outbox is open (writing models/sweep.json, say) ends the
+    MLflow parent run FAILED and sends every record: nothing is left RUNNING."""
+    from pipeline.sweep.driver import SWEEP_REF, Training
+
+    training = Training(infra_at(tmp_path), paths=None, data=None, specs={}, grid={})
+    training.outbox = Outbox(tracker, tmp_path / "cache")
+    training.outbox.start_run(SWEEP_REF, "sweep-1", {"kind": "sweep"}, reuse=UNFINISHED)
+    training.outbox.log_metrics(SWEEP_REF, {"variants_finished": 3})
+    training.abort()
+    (run,) = tracker._search({"kind": "sweep"}, 10)
+    assert run.info.status == "FAILED"
+    assert run.data.metrics["variants_finished"] == 3
+    assert not pending_journals(tmp_path / "cache")
