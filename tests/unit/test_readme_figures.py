@@ -132,15 +132,17 @@ def plateaued(m: re.Match) -> list[tuple]:
 
 
 def cuda_tests(m: re.Match) -> list[tuple]:
-    results = REPO_ROOT / "benchmarks" / "results" / "gpu_study"
-    log = (results / "test_cuda.log").read_text()
-    # the log is of `pytest tests/unit/test_cuda.py tests/unit/test_models.py` on the GPU
-    outcome = re.search(r"^(\d+) passed in [\d.]+s$", log, flags=re.M)
-    return [
-        (number(m[1]), collected("tests/unit/test_cuda.py")),
-        (m[2] in (results / "gpu.txt").read_text(), True),
-        (outcome and int(outcome[1]), collected(*CUDA_LOG_FILES)),
-    ]
+    checks = [(number(m[1]), collected("tests/unit/test_cuda.py"))]
+    for gpu, folder in ((m[2], "gpu_study"), (m[3], "gpu_hidden_size")):
+        results = REPO_ROOT / "benchmarks" / "results" / folder
+        log = (results / "test_cuda.log").read_text()
+        # the log is of `pytest tests/unit/test_cuda.py tests/unit/test_models.py` on the GPU
+        outcome = re.search(r"^(\d+) passed in [\d.]+s$", log, flags=re.M)
+        checks += [
+            (gpu in (results / "gpu.txt").read_text(), True),
+            (outcome and int(outcome[1]), collected(*CUDA_LOG_FILES)),
+        ]
+    return checks
 
 
 def quick(m: re.Match) -> list[tuple]:
@@ -228,7 +230,10 @@ FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
         r"Every variant plateaued, at ([\d,]+)-([\d,]+) updates \(the cap is ([\d,]+)\)",
         plateaued,
     ),
-    "CUDA tests": (r"\((\d+) tests\) runs only where .*? it passed on an (\w+)", cuda_tests),
+    "CUDA tests": (
+        r"\((\d+) tests\) runs only where .*? it passed on an (\w+) and an (\w+)",
+        cuda_tests,
+    ),
     "the quick preset": (
         r"small grid \((\d+) variants, ([\d,]+) updates each, ([\d,]+) test sentences\)",
         quick,
