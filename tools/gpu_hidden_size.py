@@ -134,7 +134,7 @@ def render(summary: dict) -> str:
         f"{summary['packing']} trainings at once, {summary['threads']} CPU threads each, "
         f"safety stop after {summary['minutes']} min; torch {summary['torch']}.",
         "",
-        "| variant | updates | updates/s | target tokens/s | stop | best step | its dev BLEU |",
+        "| variant | updates | updates/s | target tokens/s | stop | best step | best dev BLEU |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in sorted(summary["variants"], key=lambda r: (r["hidden"], r["scorer"], r["seed"])):
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     config = load_config(args.params)
     chosen = _select(config, args.scorers, args.hidden, args.seeds)
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     rows, start = [], time.perf_counter()
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(len(chosen), mp_context=context) as pool:

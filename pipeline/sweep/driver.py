@@ -309,9 +309,13 @@ class Training:
         """Ends the parent run as failed and sends what the outbox holds: an error after
         the outbox opened (in Tune, or writing ``models/sweep.json``) leaves no run
         RUNNING and no record behind."""
-        if self.outbox is not None:
+        if self.outbox is None:
+            return
+        try:
             self.outbox.finish(SWEEP_REF, "FAILED")
             self.outbox.close(self.infra.tracking.outage_wait_seconds)
+        except Exception:  # the error being raised is the one to report
+            logger.exception("MLflow: the sweep's parent run could not be ended as FAILED")
 
     def close(self, outcomes: dict[str, VariantOutcome], failed: bool, minutes: float) -> Tracked:
         """The parent run's counts, time and ``models/sweep.json``; its end."""

@@ -159,3 +159,28 @@ def test_a_sweep_that_fails_after_training_ends_its_parent_run_failed(tracker, t
     assert run.info.status == "FAILED"
     assert run.data.metrics["variants_finished"] == 3
     assert not pending_journals(tmp_path / "cache")
+
+
+def test_an_abort_that_cannot_end_the_run_logs_and_leaves_the_first_error(
+    tracker, tmp_path, monkeypatch, caplog
+):
+    """abort() runs while another error is raised: its own failure is logged, not raised
+    in the first error's place."""
+    from pipeline.sweep.driver import SWEEP_REF, Training
+
+    training = Training(infra_at(tmp_path), paths=None, data=None, specs={}, grid={})
+    training.outbox = Outbox(tracker, tmp_path / "cache")
+    training.outbox.start_run(SWEEP_REF, "sweep-1", {"kind": "sweep"}, reuse=UNFINISHED)
+
+    def full_disk(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(training.outbox, "finish", full_disk)
+    with pytest.raises(KeyError, match="the first error"):
+        try:
+            raise KeyError("the first error")
+        except KeyError:
+            training.abort()
+            raise
+    assert "could not be ended as FAILED" in caplog.text
+    assert "No space left on device" in caplog.text
