@@ -359,3 +359,22 @@ def test_a_corrupted_cached_variant_is_retrained_not_served(tmp_path):
     assert last_sweep(root)["variants"]["none-fwd-h16-s1"]["source"] == "trained"
     retrained = load_checkpoint(model).model.state_dict()
     assert all(torch.equal(retrained[k], weights[k]) for k in weights)
+
+
+def test_an_error_writing_sweep_json_after_training_ends_the_parent_run_failed(tmp_path):
+    """Training succeeds, then ``models/sweep.json`` cannot be written (a folder holds its
+    name): one line naming the file, exit 1, and no MLflow run left RUNNING."""
+    root = tmp_path
+    params = make_project(root, grid={"scorer": ["none", "dot"]}, max_epochs=1)
+    blocker = root / "models" / "sweep.json"
+    (blocker / "kept").mkdir(parents=True)
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "sweep.json" in errors[0], result.stderr[-3000:]
+    assert (blocker / "kept").is_dir()  # what stood there is left as it was
+    _, all_runs = runs(root)
+    (parent,) = [r for r in all_runs if r.data.tags.get("kind") == "sweep"]
+    assert parent.info.status == "FAILED"
+    children = {r.info.run_name: r.info.status for r in all_runs if r is not parent}
+    assert children == {"none-fwd-h16-s1": "FINISHED", "dot-fwd-h16-s1": "FINISHED"}
