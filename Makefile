@@ -57,13 +57,13 @@ bench: setup          ## speed/memory benchmarks (not part of the tests)
 	python -m benchmarks.run
 
 # Time to quality: dev BLEU against minutes for our trainer, a baseline revision of it
-# (BASELINE_REV: by default the git tag reference-trainer, the trainer whose dev BLEU
-# sets the targets; `git fetch --tags` if a clone lacks it) and JoeyNMT (its own venv, JOEYNMT_VENV), two at a time,
+# (BASELINE_REV: by default the reference trainer, the commit whose dev BLEU sets the
+# targets; any revision of this repository's history) and JoeyNMT (its own venv, JOEYNMT_VENV), two at a time,
 # about 40 minutes;
 # JoeyNMT runs beside a seed-2 copy of ours (the pairs go in order: 3 pairs of 6 runs);
 # needs data/tok (`dvc repro tokenize`). Results: benchmarks/results/time_to_quality/.
 JOEYNMT_VENV ?= .joeynmt-venv
-BASELINE_REV ?= reference-trainer
+BASELINE_REV ?= 18c646f4163407ee412635c6fbf3ef012d1ffaf3
 time-to-quality: setup  ## time-to-quality table with the JoeyNMT peer (not part of the tests)
 	bash benchmarks/peer/joeynmt_setup.sh $(JOEYNMT_VENV)
 	JOEYNMT_VENV=$(abspath $(JOEYNMT_VENV)) python -m benchmarks.time_to_quality --minutes 12 \
