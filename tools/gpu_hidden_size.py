@@ -27,7 +27,6 @@ import multiprocessing
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -35,6 +34,7 @@ import torch
 from pipeline.config import load_config
 from pipeline.config.grid import expand_grid
 from pipeline.train.trainer import TrainCallback
+from tools.learning_curves import reseeded
 
 logger = logging.getLogger("tools.gpu_hidden_size")
 
@@ -86,10 +86,7 @@ def _select(config, scorers: list[str], sizes: list[int], seeds: list[int]) -> l
             and not v.model.reverse_source
             and v.train.seed == seeds[0]
         ):
-            for seed in seeds:
-                train = v.train.model_copy(update={"seed": seed})
-                vid = v.id.rpartition("-s")[0] + f"-s{seed}"
-                chosen.append(replace(v, id=vid, train=train, axes={**v.axes, "seed": seed}))
+            chosen.extend(reseeded(v, seed) for seed in seeds)
     missing = {(s, h) for s in scorers for h in sizes} - {
         (v.model.scorer, v.model.hidden_size) for v in chosen
     }

@@ -51,8 +51,14 @@ def _variant(variants: dict, variant_id: str):
     base = next((v for i, v in variants.items() if i.rpartition("-s")[0] == stem), None)
     if base is None or not seed.isdigit():
         raise SystemExit(f"--ids: {variant_id}: not a grid variant (or one with another seed)")
-    train = base.train.model_copy(update={"seed": int(seed)})
-    return replace(base, id=variant_id, train=train, axes={**base.axes, "seed": int(seed)})
+    return reseeded(base, int(seed))
+
+
+def reseeded(variant, seed: int):
+    """``variant`` with another seed: its id ends in ``-s<seed>``, its seed axis says so."""
+    train = variant.train.model_copy(update={"seed": seed})
+    variant_id = f"{variant.id.rpartition('-s')[0]}-s{seed}"
+    return replace(variant, id=variant_id, train=train, axes={**variant.axes, "seed": seed})
 
 
 def main(argv: list[str] | None = None) -> None:
