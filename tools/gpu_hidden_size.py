@@ -31,24 +31,12 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.time_to_quality import TimeBudget
 from pipeline.config import load_config
 from pipeline.config.grid import expand_grid
-from pipeline.train.trainer import TrainCallback
 from tools.learning_curves import reseeded
 
 logger = logging.getLogger("tools.gpu_hidden_size")
-
-
-class StopAfter(TrainCallback):
-    """Stops training (stop reason ``time_limit``) ``seconds`` after its first step."""
-
-    def __init__(self, seconds: float):
-        self.seconds, self.start = seconds, None
-
-    def on_step(self, trainer, step: int) -> None:
-        self.start = self.start or time.perf_counter()
-        if time.perf_counter() - self.start >= self.seconds:
-            trainer.stop("time_limit")
 
 
 def _train(variant, tok: str, out: str, device: str, threads: int, seconds: float) -> dict:
@@ -57,7 +45,7 @@ def _train(variant, tok: str, out: str, device: str, threads: int, seconds: floa
     torch.set_num_threads(threads)
     start = time.perf_counter()
     result = train_variant(
-        variant, Path(tok), Path(out), callbacks=[StopAfter(seconds)], device=device, resume=False
+        variant, Path(tok), Path(out), callbacks=[TimeBudget(seconds)], device=device, resume=False
     )
     wall = time.perf_counter() - start
     return {
