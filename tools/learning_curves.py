@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from pipeline.config import load_config
-from pipeline.config.grid import expand_grid
+from pipeline.config.grid import expand_grid, variant_id
 
 logger = logging.getLogger("tools.learning_curves")
 
@@ -55,10 +55,10 @@ def _variant(variants: dict, variant_id: str):
 
 
 def reseeded(variant, seed: int):
-    """``variant`` with another seed: its id ends in ``-s<seed>``, its seed axis says so."""
+    """``variant`` with another seed, its id and seed axis made as the grid makes them."""
     train = variant.train.model_copy(update={"seed": seed})
-    variant_id = f"{variant.id.rpartition('-s')[0]}-s{seed}"
-    return replace(variant, id=variant_id, train=train, axes={**variant.axes, "seed": seed})
+    axes = {**variant.axes, "seed": seed}
+    return replace(variant, id=variant_id(variant.model, train, axes), train=train, axes=axes)
 
 
 def main(argv: list[str] | None = None) -> None:

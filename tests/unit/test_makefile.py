@@ -59,9 +59,13 @@ def test_the_interpreter_is_a_variable(tmp_path):
     assert dry_run(tmp_path, "PYTHON=python3.11")[0].startswith("python3.11 -m venv ")
 
 
-def test_no_default_in_the_makefile_is_an_absolute_path():
+def makefile_defaults() -> dict[str, str]:
     text = (REPO_ROOT / "Makefile").read_text()
-    defaults = dict(re.findall(r"^(\w+) \?= (.*)$", text, flags=re.M))
+    return dict(re.findall(r"^(\w+) \?= (.*)$", text, flags=re.M))
+
+
+def test_no_default_in_the_makefile_is_an_absolute_path():
+    defaults = makefile_defaults()
     assert "JOEYNMT_VENV" in defaults and "BASELINE_REV" in defaults
     assert not [k for k, v in defaults.items() if v.strip().startswith("/")]
 
@@ -69,8 +73,7 @@ def test_no_default_in_the_makefile_is_an_absolute_path():
 def test_the_time_to_quality_baseline_is_a_commit_of_this_history():
     """A clone has the default baseline: a commit every clone of main holds (a tag need
     not travel with a clone or a push)."""
-    text = (REPO_ROOT / "Makefile").read_text()
-    rev = dict(re.findall(r"^(\w+) \?= (.*)$", text, flags=re.M))["BASELINE_REV"].strip()
+    rev = makefile_defaults()["BASELINE_REV"].strip()
     shallow = subprocess.run(
         ["git", "rev-parse", "--is-shallow-repository"],
         cwd=REPO_ROOT,
