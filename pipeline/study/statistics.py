@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
 from scipy import stats as scipy_stats
+from statsmodels.stats.multitest import multipletests
 
 ALPHA = 0.05
 """Family-wise error rate of the primary tests (Bonferroni: each primary interval is at
@@ -430,8 +431,9 @@ def power_equivalence(margin: float, se: float, df: float, alpha: float) -> floa
 def bonferroni(p_values: list[float]) -> list[float]:
     """Bonferroni-adjusted p-values: ``min(1, m * p)`` for a family of ``m``, the level at
     which the family's intervals are drawn (``1 - ALPHA / m``)."""
-    m = len(p_values)
-    return [float(min(1.0, m * p)) for p in p_values]
+    if not p_values:
+        return []
+    return [float(p) for p in multipletests(p_values, method="bonferroni")[1]]
 
 
 def format_p(p: float) -> str:
