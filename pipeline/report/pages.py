@@ -11,6 +11,7 @@ import pandas as pd
 from pipeline.report.figures import seed_span
 from pipeline.report.findings import (
     EXPLORE_HEADERS,
+    LATE_GAIN_HEADERS,
     METHOD,
     PART_HEADERS,
     VERDICT_HEADERS,
@@ -20,6 +21,7 @@ from pipeline.report.findings import (
     design_lines,
     design_notes,
     exploratory_rows,
+    late_gain_note,
     lengths,
     part_rows,
     rank_headers,
@@ -113,6 +115,20 @@ def by_length_pivot(means: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         name = configuration_name(one.scorer, one.reverse_source, one.hidden_size)
         rows.append([name, seed_span(seeds) or "-", covers, *cells])
     return headers, rows
+
+
+def late_gain_rows(gains: pd.DataFrame) -> list[list[str]]:
+    """The late-gain table's rows (:func:`pipeline.report.findings.late_gains`)."""
+    rows = []
+    for r in gains.itertuples() if gains is not None else []:
+        low, high = int(r.steps_low), int(r.steps_high)
+        steps = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+        gain = f"{r.gain:+.2f}"
+        if r.seeds > 1:
+            gain += f" [{r.gain_low:+.2f}, {r.gain_high:+.2f}]"
+        name = configuration_name(r.scorer, r.reverse_source, r.hidden_size)
+        rows.append([name, str(r.seeds), steps, f"{r.best:.2f}", gain])
+    return rows
 
 
 _CONVERGENCE_NOTE = (
@@ -295,6 +311,12 @@ def render_html(c: dict[str, Any]) -> str:
             f"<img src='{figures['learning_curves']}.svg' alt='learning curves'>",
             f"<p class='caption'>{_CONVERGENCE_NOTE}</p>",
         ]
+    gains = late_gain_rows(c.get("late_gains"))
+    if gains:
+        parts += [
+            _html_table(LATE_GAIN_HEADERS, gains),
+            f"<p class='caption'>{_e(late_gain_note(c['late_gains']))}</p>",
+        ]
     if c["samples"]:
         parts.append("<h2 id='samples'>Sample translations</h2>")
         for sample in c["samples"]:
@@ -407,6 +429,9 @@ def render_markdown(c: dict[str, Any]) -> str:
             _CONVERGENCE_NOTE,
             "",
         ]
+    gains = late_gain_rows(c.get("late_gains"))
+    if gains:
+        lines += [_md_table(LATE_GAIN_HEADERS, gains), "", late_gain_note(c["late_gains"]), ""]
     if c["samples"]:
         lines += ["## Sample translations", ""]
         for sample in c["samples"]:

@@ -27,7 +27,7 @@ from pipeline.report.figures import (
     heatmap_comparison_figure,
     learning_curves_figure,
 )
-from pipeline.report.findings import lengths, ranking_chrf
+from pipeline.report.findings import late_gains, lengths, ranking_chrf
 from pipeline.report.samples import sample_translations
 from pipeline.scorers import catalogue
 from pipeline.tracking.provenance import machine
@@ -256,6 +256,7 @@ def build_report(config: Config, infra: Infra, paths: ReportPaths) -> dict[str, 
             "ranking": data.ranking,
             "samples": sample_translations(data),
             "convergence": convergence(data),
+            "late_gains": late_gains(data.curves, data.evaluated),
         }
         (tmp / "index.html").write_text(render_html(context), encoding="utf-8")
         (tmp / "README.md").write_text(render_markdown(context), encoding="utf-8")

@@ -15,6 +15,7 @@ import pytest
 from pipeline.report.findings import (
     answers,
     best_scorer,
+    late_gains,
     lengths,
     rank_headers,
     ranking_chrf,
@@ -315,3 +316,58 @@ def test_provenance_names_the_commit_and_whether_the_tree_had_changes(tmp_path):
     assert commit_state(tmp_path) == head
     (tmp_path / "params.yaml").write_text("2\n")
     assert commit_state(tmp_path) == f"{head} + uncommitted changes"
+
+
+def _curve(variant: str, bleus: list[float], every: int = 200) -> pd.DataFrame:
+    steps = [every * (i + 1) for i in range(len(bleus))]
+    return pd.DataFrame({"variant": variant, "step": steps, "dev_bleu": bleus})
+
+
+def _evaluated(*variants: tuple[str, str, int]) -> pd.DataFrame:
+    settings = json.dumps({"patience": 2, "eval_every_steps": 200, "bleu_progress_delta": 0.5})
+    return pd.DataFrame(
+        [
+            {"variant": v, "scorer": scorer, "reverse_source": False, "hidden_size": 8}
+            | {"seed": seed, "config": settings.replace("}", f', "scorer": "{scorer}"}}')}
+            for v, scorer, seed in variants
+        ]
+    )
+
+
+def test_late_gains_measure_each_seeds_rise_over_the_plateau_window_before_its_stop():
+    curves = pd.concat(
+        [
+            _curve("none-s1", [1.0, 3.0, 4.0, 5.0, 7.0]),  # best 7 at the stop, 4 a window before
+            _curve("none-s2", [2.0, 6.0, 5.0, 6.5]),  # 6.5 against 6.0
+            _curve("none-s3", [1.0, 2.0, 2.5]),  # 2.5 against 1.0
+            _curve("dot-s1", [5.0, 9.0, 8.0, 8.5, 8.9]),  # flat: the best came early
+            _curve("dot-s2", [5.0, 6.0]),  # shorter than the window: left out
+        ]
+    )
+    table = _evaluated(
+        ("none-s1", "none", 1),
+        ("none-s2", "none", 2),
+        ("none-s3", "none", 3),
+        ("dot-s1", "dot", 1),
+        ("dot-s2", "dot", 2),
+    )
+    gains = late_gains(curves, table).set_index("scorer")
+    assert gains.loc["none", ["seeds", "steps_low", "steps_high"]].tolist() == [3, 600, 1000]
+    assert gains.loc["none", ["gain", "gain_low", "gain_high"]].tolist() == pytest.approx(
+        [1.5, 0.5, 3.0]
+    )
+    assert gains.loc["none", "best"] == pytest.approx((7.0 + 6.5 + 2.5) / 3)
+    assert gains.loc["dot", "seeds"] == 1 and gains.loc["dot", "gain"] == 0.0
+    assert set(gains.window) == {400}
+
+
+def test_the_report_shows_the_late_gains_and_names_the_largest_without_calling_it_converged():
+    curves = pd.concat([_curve("none-s1", [1.0, 3.0, 4.0, 5.0, 7.0]), _curve("dot-s1", [9, 9, 9])])
+    gains = late_gains(curves, _evaluated(("none-s1", "none", 1), ("dot-s1", "dot", 1)))
+    text = render_markdown(context(late_gains=gains, figures={"learning_curves": "f/lc"}))
+    row = next(line for line in text.splitlines() if line.startswith("| none, forward, h8"))
+    assert "+3.00" in row and "1,000" in row
+    note = next(line for line in text.splitlines() if "the trainer's dev sample" in line)
+    assert "last 400 updates" in note and "none h8, +3.00 on a best of 7.0" in note
+    assert "at most what that configuration still improved" in note
+    assert "dot, forward, h8" in render_html(context(late_gains=gains))
