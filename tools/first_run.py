@@ -157,21 +157,52 @@ START, END = "<!-- first-run:start -->", "<!-- first-run:end -->"
 
 
 def _minutes(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f} h"
     return f"{seconds / 60:.1f} min"
 
 
-def readme_block(out: Path = OUT) -> str:
-    """The README's "Two commands" table: the study from ``first_run.json``; the tests and the
-    quick preset from ``first_run_tests.json`` where a later run wrote one."""
-    run = json.loads((out / "first_run.json").read_text())
-    tests_file = out / "first_run_tests.json"  # a later run of setup + test (+ quick)
-    later = json.loads(tests_file.read_text()) if tests_file.is_file() else {}
-    tested = later or run
-    for name, source in (("setup", run), ("study", run), ("test", tested)):
-        if source.get(name, {}).get("exit_code") != 0:
-            raise SystemExit(f"error: {out}: `make {name}` did not succeed; nothing to quote")
+RESUMED = "study_resumed.json"
+"""A study run interrupted and resumed (``make study`` again in the same clone): its
+segments, each with the seconds it spent per stage, from the run's own logs. Where the
+folder has one, the README's ``make study`` row quotes it instead of ``first_run.json``."""
+
+
+def resumed_study(out: Path = OUT) -> tuple[dict[str, Any], dict[str, float]] | None:
+    """The resumed run's record and its seconds per stage summed over the segments, or
+    None where ``out`` has none."""
+    path = out / RESUMED
+    if not path.is_file():
+        return None
+    run = json.loads(path.read_text())
+    stages: dict[str, float] = {}
+    for segment in run["segments"]:
+        for stage, seconds in segment["stages_s"].items():
+            stages[stage] = stages.get(stage, 0.0) + seconds
+    missing = {"setup", "fetch", "tokenize", "train", "evaluate", "report"} - set(stages)
+    if missing:
+        raise SystemExit(f"error: {path}: no time for stage(s) {sorted(missing)}")
+    return run, stages
+
+
+def _study_cell(run: dict[str, Any], out: Path) -> str:
+    """The ``make study`` row's measurement: a one-shot run (``first_run.json``), or a
+    resumed one (:data:`RESUMED`) where there is one."""
+    resumed = resumed_study(out)
+    if resumed is not None:
+        record, stages = resumed
+        env = record["environment"]
+        segments = len(record["segments"])
+        return (
+            f"{_minutes(sum(stages.values()))} on a {env['cpus']}-core {env['cpu']} "
+            f"({env['isa']}): the {record['variants']}-variant grid, run as {segments} "
+            "`make study` runs resumed after interruptions, their times summed: setup "
+            f"{_minutes(stages['setup'])}, fetch + tokenize "
+            f"{_minutes(stages['fetch'] + stages['tokenize'])}, train "
+            f"{_minutes(stages['train'])}, evaluate {_minutes(stages['evaluate'])}, report "
+            f"{_minutes(stages['report'])}"
+        )
     env, stages = run["environment"], run["study"]["stages_s"]
-    tests = tested["tests"]
     missing = {"fetch", "tokenize", "train", "evaluate", "report"} - set(stages)
     if missing:
         raise SystemExit(f"error: {out}/first_run.json: no time for stage(s) {sorted(missing)}")
@@ -180,12 +211,27 @@ def readme_block(out: Path = OUT) -> str:
     before_train = sum(v for k, v in stages.items() if k in ("fetch", "tokenize"))
     cache = env.get("pip_cache_mb")
     warm = "" if cache is None else " (pip's cache warm)" if cache > 100 else " (pip's cache empty)"
-    study = (
+    return (
         f"{_minutes(setup + run['study']['wall_s'])} from a fresh clone on a {machine}: setup "
         f"{_minutes(setup)}{warm}, fetch + tokenize {_minutes(before_train)}, "
         f"train {_minutes(stages['train'])}, evaluate {_minutes(stages['evaluate'])}, report "
         f"{_minutes(stages['report'])}"
     )
+
+
+def readme_block(out: Path = OUT) -> str:
+    """The README's "Two commands" table: the study from ``first_run.json`` (or from
+    :data:`RESUMED` where there is one); the tests and the quick preset from
+    ``first_run_tests.json`` where a later run wrote one."""
+    run = json.loads((out / "first_run.json").read_text())
+    tests_file = out / "first_run_tests.json"  # a later run of setup + test (+ quick)
+    later = json.loads(tests_file.read_text()) if tests_file.is_file() else {}
+    tested = later or run
+    for name, source in (("setup", run), ("study", run), ("test", tested)):
+        if source.get(name, {}).get("exit_code") != 0:
+            raise SystemExit(f"error: {out}: `make {name}` did not succeed; nothing to quote")
+    study = _study_cell(run, out)
+    tests = tested["tests"]
     reasons = tests["skip_reasons"]
     cuda = sum(n for reason, n in reasons.items() if "CUDA" in reason)
     skipped = f"{tests['skipped']} skipped" + (f", {cuda} of them CUDA tests" if cuda else "")

@@ -302,3 +302,30 @@ def test_the_readme_block_markers_exist():
     readme = README.read_text(encoding="utf-8")
     assert all(start in readme and end in readme for start, end in GENERATED)
     assert Path(first_run.OUT, "first_run.json").is_file()
+
+
+def test_a_resumed_study_is_quoted_as_its_segments_summed(tmp_path):
+    for name in ("first_run.json", "first_run_tests.json"):
+        (tmp_path / name).write_text((Path(first_run.OUT) / name).read_text())
+    one_shot = first_run.readme_block(tmp_path)
+    segments = [
+        {"stages_s": {"setup": 60.0, "fetch": 2.0, "tokenize": 4.0, "train": 3600.0}},
+        {"stages_s": {"train": 7200.0, "evaluate": 600.0}},
+        {"stages_s": {"evaluate": 1200.0, "report": 30.0}},
+    ]
+    record = {
+        "environment": {"cpu": "AMD EPYC", "cpus": 2, "isa": "AVX2 only"},
+        "variants": 35,
+        "segments": segments,
+    }
+    (tmp_path / first_run.RESUMED).write_text(json.dumps(record))
+    row = next(r for r in first_run.readme_block(tmp_path).splitlines() if "`make study` |" in r)
+    assert "3.5 h on a 2-core AMD EPYC (AVX2 only): the 35-variant grid, run as 3 " in row
+    assert "train 3.0 h, evaluate 30.0 min, report 0.5 min" in row
+    assert "fetch + tokenize 0.1 min" in row and "setup 1.0 min" in row
+    test_row = next(r for r in one_shot.splitlines() if r.startswith("| `make test`"))
+    assert test_row in first_run.readme_block(tmp_path)  # the tests' row is unchanged
+    del segments[2]["stages_s"]["report"]
+    (tmp_path / first_run.RESUMED).write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match="report"):
+        first_run.readme_block(tmp_path)
