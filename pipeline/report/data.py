@@ -92,6 +92,9 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
     for row in sweep.table().to_dict("records"):
         variant_id = row["variant"]
         row["evaluated"] = False
+        # the numerics each variant actually trained and decoded in (the provenance's)
+        row["train_precision"] = sweep.variants[variant_id].summary.get("precision")
+        row["decode_precision"] = evaluation.decode_precision.get(variant_id)
         metrics_file = EvalFiles(eval_dir / variant_id).metrics
         if variant_id in evaluation.variants and metrics_file.is_file():
             metrics = _read_json(metrics_file)

@@ -48,6 +48,7 @@ def write_study(root):
                     "best_dev_bleu": 10.0 + seed,
                     "steps": 50,
                     "epochs_run": 2,
+                    "precision": "bf16" if (scorer, seed) == ("none", 1) else "fp32",
                 },
             )
             base = 20.0 if scorer == "additive" else 5.0
@@ -85,7 +86,7 @@ def write_study(root):
                 for e in (1, 2)
             ]
     SweepRecord("x", variants).write(models)
-    EvaluationSummary("key", summary, [], "sig", [3], {}).write(out)
+    EvaluationSummary("key", summary, [], "sig", [3], dict.fromkeys(variants, "fp32")).write(out)
     pd.DataFrame(curves).to_csv(out / "learning_curves.csv", index=False)
     part = {
         "label": "additive - none",
@@ -221,6 +222,10 @@ def test_the_report_is_built_from_the_newer_findings(report):
     assert "| additive, forward, h16 | 1-2 | seeds | 21.5 [" in readme
     commit = json.loads(readme.split("```json", 1)[1].split("```", 1)[0])["git commit"]
     assert commit == "unknown"  # tmp_path is no git repository
+    provenance = json.loads(readme.split("```json", 1)[1].split("```", 1)[0])
+    assert provenance["numerics"].startswith(  # what each variant's record says it ran in
+        "trained in bf16 (1 variant), fp32 (3 variants); decoded in fp32 (4 variants)"
+    )
     assert "Effect of interest, declared before the run: +2 BLEU. A paper." in readme
     assert "\nA note.\n" in readme
     page = (report / "index.html").read_text()
