@@ -101,17 +101,6 @@ def current_default(m: re.Match) -> list[tuple]:
     ]
 
 
-def default_study(m: re.Match) -> list[tuple]:
-    table = summary()
-    seeds = table.groupby(["scorer", "reverse_source"]).seed.nunique()
-    return [
-        (number(m[1]), len(table)),
-        (number(m[2]), *set(table.hidden_size)),
-        (number(m[3]), params().fetch.split.max_train_words),
-        (m[4], {3: "three"}.get(int(seeds.max()))),
-    ]
-
-
 def inside_sentences(m: re.Match) -> list[tuple]:
     lengths = pd.read_csv(REPO_ROOT / "metrics" / "bleu_by_length.csv")
     first = lengths[lengths.configuration == lengths.configuration.iloc[0]]
@@ -189,16 +178,6 @@ def torch_versions(m: re.Match) -> list[tuple]:
     ]
 
 
-def avx2_study(m: re.Match) -> list[tuple]:
-    results = REPO_ROOT / "benchmarks" / "results" / "numerics"
-    record = json.loads((results / "amd-epyc-avx2-study-time.json").read_text())
-    return [
-        (number(m[1]), record["cores"]),
-        (number(m[2]), len(summary())),
-        (number(m[3]), round(record["train_hours"])),
-    ]
-
-
 def pieces(m: re.Match) -> list[tuple]:
     return [(number(m[1]), params().tokenize.vocab_size)]
 
@@ -216,11 +195,6 @@ FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
         r"trains (\d+) variants on sentences of up to (\d+) words, at least (\w+) seeds behind "
         r"every finding",
         current_default,
-    ),
-    "the committed study's size": (
-        r"the committed study trained (\d+) variants at hidden size (\d+) on sentences of up "
-        r"to (\d+) words, (\w+) seeds behind every finding",
-        default_study,
     ),
     "test sentences inside the training lengths": (
         r"the ([\d,]+) test sentences of at most (\d+) words",
@@ -248,11 +222,6 @@ FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
         torch_versions,
     ),
     "subword pieces": (r"([\d,]+) pieces per language", pieces),
-    "the default study on an AVX2-only CPU": (
-        r"That is a (\d+)-core AMD EPYC with only\. The earlier (\d+)-variant design's "
-        r"training is forecast at about (\d+) hours",
-        avx2_study,
-    ),
     "license year": (r"copyright (\d{4}) the attention-study authors", license_year),
     "cited paper": (r"Bahdanau, Cho and Bengio \((\d{4})\)", citation_year),
 }
