@@ -38,7 +38,10 @@ def test_capped_variants_are_not_in_the_plateau_range():
     variants = table([3600, 4800, 9000], [9000] * 3)
     study = {"excluded_from_confirmatory": ["v2"], "findings": {}, "main_decoding": "beam"}
     text = answer(study, pd.DataFrame(), variants)
-    assert "2 of 3 variants trained until their dev loss plateaued, at 3,600-4,800 updates" in text
+    assert (
+        "2 of 3 variants trained until the plateau rule stopped them, at 3,600-4,800 updates"
+        in text
+    )
     assert "1 stopped at the step cap" in text
 
 

@@ -15,6 +15,7 @@ import pytest
 from pipeline.report.findings import (
     answers,
     best_scorer,
+    late_gain_note,
     late_gains,
     lengths,
     rank_headers,
@@ -368,6 +369,19 @@ def test_the_report_shows_the_late_gains_and_names_the_largest_without_calling_i
     row = next(line for line in text.splitlines() if line.startswith("| none, forward, h8"))
     assert "+3.00" in row and "1,000" in row
     note = next(line for line in text.splitlines() if "the trainer's dev sample" in line)
-    assert "last 400 updates" in note and "none h8, +3.00 on a best of 7.0" in note
+    assert "last 400 updates" in note and "none h8, +3.00 (one seed) on a best of 7.0" in note
     assert "at most what that configuration still improved" in note
     assert "dot, forward, h8" in render_html(context(late_gains=gains))
+
+
+def test_the_largest_late_gain_named_is_a_median_over_seeds_where_there_is_one():
+    curves = pd.concat(
+        [
+            _curve("none-s1", [1.0, 2.0, 3.0]),  # +2 over the window
+            _curve("none-s2", [1.0, 2.0, 2.0]),  # +1
+            _curve("dot-s1", [1.0, 1.0, 6.0]),  # +5, one seed: one noisy difference
+        ]
+    )
+    table = _evaluated(("none-s1", "none", 1), ("none-s2", "none", 2), ("dot-s1", "dot", 1))
+    note = late_gain_note(late_gains(curves, table))
+    assert "Largest gain over several seeds: none h8, +1.50 (median of 2 seeds)" in note
