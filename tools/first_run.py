@@ -162,6 +162,9 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+STAGES = ("fetch", "tokenize", "train", "evaluate", "report")
+"""The DVC stages whose times the README's ``make study`` row quotes."""
+
 RESUMED = "study_resumed.json"
 """A study run interrupted and resumed (``make study`` again in the same clone): its
 segments, each with the seconds it spent per stage, from the run's own logs. Where the
@@ -179,7 +182,7 @@ def resumed_study(out: Path = OUT) -> tuple[dict[str, Any], dict[str, float]] | 
     for segment in run["segments"]:
         for stage, seconds in segment["stages_s"].items():
             stages[stage] = stages.get(stage, 0.0) + seconds
-    missing = {"setup", "fetch", "tokenize", "train", "evaluate", "report"} - set(stages)
+    missing = {"setup", *STAGES} - set(stages)
     if missing:
         raise SystemExit(f"error: {path}: no time for stage(s) {sorted(missing)}")
     return run, stages
@@ -203,7 +206,7 @@ def _study_cell(run: dict[str, Any], out: Path) -> str:
             f"{_minutes(stages['report'])}"
         )
     env, stages = run["environment"], run["study"]["stages_s"]
-    missing = {"fetch", "tokenize", "train", "evaluate", "report"} - set(stages)
+    missing = set(STAGES) - set(stages)
     if missing:
         raise SystemExit(f"error: {out}/first_run.json: no time for stage(s) {sorted(missing)}")
     machine = f"{env['cpus']}-core {env['cpu']}"

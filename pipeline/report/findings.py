@@ -428,10 +428,11 @@ def late_gains(curves: pd.DataFrame, evaluated: pd.DataFrame) -> pd.DataFrame:
     columns += ["best", "gain", "gain_low", "gain_high", "window", "delta"]
     if curves is None or curves.empty or not {"dev_bleu", "step"} <= set(curves) or evaluated.empty:
         return pd.DataFrame(columns=columns)
+    by_variant = dict(tuple(curves[curves.dev_bleu.notna()].groupby("variant", sort=False)))
     per_variant = []
     for row in evaluated.itertuples():
-        curve = curves[(curves.variant == row.variant) & curves.dev_bleu.notna()]
-        if curve.empty:
+        curve = by_variant.get(row.variant)
+        if curve is None:
             continue
         settings = json.loads(row.config)
         window = int(settings.get("patience", 0)) * int(settings.get("eval_every_steps", 0))

@@ -220,9 +220,8 @@ def test_the_report_is_built_from_the_newer_findings(report):
     assert "| 51.50 |" in readme  # additive's chrF, the mean of its two seeds
     # BLEU by length: the mean of the seeds (21 and 22 on the first bucket), not seed 1
     assert "| additive, forward, h16 | 1-2 | seeds | 21.5 [" in readme
-    commit = json.loads(readme.split("```json", 1)[1].split("```", 1)[0])["git commit"]
-    assert commit == "unknown"  # tmp_path is no git repository
     provenance = json.loads(readme.split("```json", 1)[1].split("```", 1)[0])
+    assert provenance["git commit"] == "unknown"  # tmp_path is no git repository
     assert provenance["numerics"].startswith(  # what each variant's record says it ran in
         "trained in bf16 (1 variant), fp32 (3 variants); decoded in fp32 (4 variants)"
     )

@@ -325,11 +325,11 @@ def _curve(variant: str, bleus: list[float], every: int = 200) -> pd.DataFrame:
 
 
 def _evaluated(*variants: tuple[str, str, int]) -> pd.DataFrame:
-    settings = json.dumps({"patience": 2, "eval_every_steps": 200, "bleu_progress_delta": 0.5})
+    settings = {"patience": 2, "eval_every_steps": 200, "bleu_progress_delta": 0.5}
     return pd.DataFrame(
         [
             {"variant": v, "scorer": scorer, "reverse_source": False, "hidden_size": 8}
-            | {"seed": seed, "config": settings.replace("}", f', "scorer": "{scorer}"}}')}
+            | {"seed": seed, "config": json.dumps({**settings, "scorer": scorer})}
             for v, scorer, seed in variants
         ]
     )
