@@ -42,11 +42,17 @@ study: setup          ## reproduce the whole study (dvc repro); PRESET=name: a p
 	$(if $(PRESET),python -m tools.preset $(PRESET))
 	dvc repro
 
+# TEST_WORKERS: pytest-xdist workers. The end-to-end tests spend most of their time waiting
+# on processes they start (Ray, DVC, MLflow), so two workers fill two cores; tests sharing
+# an expensive fixture stay on one worker (--dist loadgroup, tests/conftest.py).
+# TEST_WORKERS=0 runs everything in this one process.
+TEST_WORKERS ?= 2
+PYTEST := python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 test: setup           ## the full test suite, end-to-end tests included (what CI runs)
-	python -m pytest
+	$(PYTEST)
 
 test-fast: setup      ## skip the slow end-to-end tests
-	python -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 LINTED := pipeline stages tests benchmarks scorers tools
 lint: setup           ## what CI lints

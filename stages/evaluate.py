@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.evaluate.data import EvaluatePaths
-from pipeline.evaluate.stage import evaluate
 from stages._cli import REPO_ROOT, infra, parser, run
 
 logger = logging.getLogger("stages.evaluate")
 
 
 def main(args, config) -> None:
+    from pipeline.evaluate.data import EvaluatePaths  # here: `--help` loads no torch or Ray
+    from pipeline.evaluate.stage import evaluate
+
     names = (args.tok, args.raw, args.models, args.out, args.metrics)
     paths = EvaluatePaths(*((REPO_ROOT / p).resolve() for p in names))
     summary = evaluate(config, infra(args), paths)

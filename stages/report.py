@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.report.data import ReportPaths
-from pipeline.report.render import build_report
 from stages._cli import REPO_ROOT, infra, parser, run
 
 logger = logging.getLogger("stages.report")
 
 
 def main(args, config) -> None:
+    from pipeline.report.data import ReportPaths  # here: `--help` loads no pandas or matplotlib
+    from pipeline.report.render import build_report
+
     folders = [(REPO_ROOT / p).resolve() for p in (args.models, args.eval, args.raw, args.out)]
     summary = build_report(config, infra(args), ReportPaths(REPO_ROOT, *folders))
     logger.info("wrote %s: %s", args.out, summary)

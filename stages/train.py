@@ -9,14 +9,17 @@ from __future__ import annotations
 import logging
 import sys
 
-from pipeline.artifacts import SWEEP_FILE
-from pipeline.sweep.driver import SweepFailedError, SweepPaths, run_sweep
 from stages._cli import REPO_ROOT, infra, parser, run
 
 logger = logging.getLogger("stages.train")
 
 
 def main(args, config) -> int:
+    # imported here, not at the top: `--help` and argument errors answer without loading
+    # torch, Ray Tune and MLflow (seconds)
+    from pipeline.artifacts import SWEEP_FILE
+    from pipeline.sweep.driver import SweepFailedError, SweepPaths, run_sweep
+
     settings = infra(args)
     paths = SweepPaths.under(settings, REPO_ROOT / args.tok, REPO_ROOT / args.out)
     try:

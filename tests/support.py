@@ -187,6 +187,16 @@ def dvc_repo(root: Path, params: dict, infra: dict):
         shutil.copy(REPO_ROOT / name, root / name)
     write_params(root / "params.yaml", params)
     write_params(root / "infra.yaml", infra)
+    sh = shell(root)
+    assert sh("git", "init", "-q").returncode == 0
+    assert sh(sys.executable, "-m", "dvc", "init", "-q").returncode == 0
+    shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots", dirs_exist_ok=True)
+    return sh
+
+
+def shell(root: Path):
+    """``sh(*command, timeout=900)``: runs a command in the project at ``root`` with its
+    own code on ``PYTHONPATH`` and none of :data:`CLEARED_ENV`."""
     env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
     env["PYTHONPATH"] = str(root)
 
@@ -195,9 +205,6 @@ def dvc_repo(root: Path, params: dict, infra: dict):
             command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
         )
 
-    assert sh("git", "init", "-q").returncode == 0
-    assert sh(sys.executable, "-m", "dvc", "init", "-q").returncode == 0
-    shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots", dirs_exist_ok=True)
     return sh
 
 

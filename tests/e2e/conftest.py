@@ -1,10 +1,26 @@
 """Every test in this folder is end to end (real processes, Ray, MLflow, DVC) and so
 ``slow``: the folder is the marker, so ``-m "not slow"`` and ``tests/unit`` are the same
-tests."""
+tests.
 
+The tiny study (:func:`study`) is built once per test session and read by every test that
+only reads a study's outputs; a test that changes a study works on a copy of it
+(:func:`study_copy`), never on a rebuilt one."""
+
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import (
+    commit_all,
+    dvc_repo,
+    shell,
+    synthetic_pairs,
+    tiny_infra,
+    tiny_params,
+    write_tsv,
+)
 
 HERE = Path(__file__).parent
 
@@ -13,3 +29,54 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(item.fspath).parents:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def study(tmp_path_factory):
+    """A tiny study as a user's clone has it, after ``dvc repro`` and a commit: real DVC,
+    Ray, MLflow. Its grid: none and additive in both source orders at learning rates
+    0.01 and 1e36 (that family diverges on purpose; ``allow_partial`` lets the study
+    finish around it), plus the plugin scorer ``scorers/cosine.py`` and a comparison
+    declared in params. Returns ``(root, sh)``.
+
+    Read-only: a test that changes the project works on :func:`study_copy`."""
+    root = tmp_path_factory.mktemp("study")
+    write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
+    params = tiny_params(
+        root,
+        allow_partial=True,
+        grid={
+            "scorer": ["none", "additive"],
+            "reverse_source": [False, True],
+            "learning_rate": [0.01, 1e36],
+        },
+    )
+    params["fetch"]["path"] = "corpus.tsv"
+    # a scorer of the project's own (scorers/cosine.py), and a comparison declared in params
+    params = {"plugins": ["scorers/cosine.py"], **params}
+    params["train"]["grid_include"] = [{"scorer": ["cosine"], "learning_rate": [0.01]}]
+    params["evaluate"]["comparisons"] = [
+        {
+            "name": "Cosine vs additive",
+            "plus": {"scorer": "cosine"},
+            "minus": {"scorer": "additive"},
+            "effect": 0.5,
+        }
+    ]
+    infra = tiny_infra(root)
+    infra["ray"]["storage_path"] = None  # the default, .ray_results in the project root
+    sh = dvc_repo(root, params, infra)
+    result = sh(sys.executable, "-m", "dvc", "repro")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    commit_all(sh, "study")
+    return root, sh
+
+
+@pytest.fixture
+def study_copy(study, tmp_path):
+    """A copy of the built study (``cp -a``: its git repo, DVC cache, models, MLflow
+    store and variant cache) for a test that changes it. Returns ``(root, sh)``."""
+    root = tmp_path / "study"
+    copied = subprocess.run(["cp", "-a", str(study[0]), str(root)], capture_output=True, text=True)
+    assert copied.returncode == 0, copied.stderr
+    return root, shell(root)

@@ -20,15 +20,9 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.data.dataset import SubwordTokenizer
 from tests.support import (
-    commit_all,
-    dvc_repo,
     needs_browser,
     run_queue,
     stages_run,
-    synthetic_pairs,
-    tiny_infra,
-    tiny_params,
-    write_tsv,
 )
 from tools.browser import check_page
 from tools.mlflow_ui import (
@@ -43,42 +37,8 @@ from tools.mlflow_ui import (
 )
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("study")
-    write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
-    params = tiny_params(
-        root,
-        allow_partial=True,
-        grid={
-            "scorer": ["none", "additive"],
-            "reverse_source": [False, True],
-            "learning_rate": [0.01, 1e36],
-        },
-    )
-    params["fetch"]["path"] = "corpus.tsv"
-    # a scorer of the project's own (scorers/cosine.py), and a comparison declared in params
-    params = {"plugins": ["scorers/cosine.py"], **params}
-    params["train"]["grid_include"] = [{"scorer": ["cosine"], "learning_rate": [0.01]}]
-    params["evaluate"]["comparisons"] = [
-        {
-            "name": "Cosine vs additive",
-            "plus": {"scorer": "cosine"},
-            "minus": {"scorer": "additive"},
-            "effect": 0.5,
-        }
-    ]
-    infra = tiny_infra(root)
-    infra["ray"]["storage_path"] = None  # the default, .ray_results in the project root
-    sh = dvc_repo(root, params, infra)
-    result = sh(sys.executable, "-m", "dvc", "repro")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    commit_all(sh, "study")
-    return root, sh
-
-
-def test_repro_writes_every_stage_output_and_second_repro_does_nothing(project):
-    root, sh = project
+def test_repro_writes_every_stage_output_and_second_repro_does_nothing(study):
+    root, sh = study
     for path in (
         "data/raw/test.tsv",
         "data/tok/train.npz",
@@ -106,11 +66,11 @@ def test_repro_writes_every_stage_output_and_second_repro_does_nothing(project):
     assert again.returncode == 0 and not stages_run(again.stdout), again.stdout
 
 
-def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(project):
+def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(study_copy):
     """scorers/cosine.py, named in params: trained, checkpointed and reloaded, decoded with
     attention, compared with none and the reference, in the metrics, the report and
     MLflow; editing the file makes the train stage stale."""
-    root, sh = project
+    root, sh = study_copy
     variant = "cosine-fwd-h16-s1-lr0.01"
     sweep = json.loads((root / "models" / "sweep.json").read_text())
     assert sweep["variants"][variant]["status"] == "finished"
@@ -136,8 +96,8 @@ def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(project)
     assert "changed" not in sh(sys.executable, "-m", "dvc", "status", "train").stdout
 
 
-def test_metrics_schema_and_dvc_metrics_and_plots(project):
-    root, sh = project
+def test_metrics_schema_and_dvc_metrics_and_plots(study):
+    root, sh = study
     summary = json.loads((root / "eval" / "summary.json").read_text())
     assert set(summary["variants"]) == {
         "none-fwd-h16-s1-lr0.01",
@@ -231,8 +191,8 @@ def test_metrics_schema_and_dvc_metrics_and_plots(project):
     assert drawn["reports/figures/bleu_by_length.png"][0]["type"] == "image"
 
 
-def test_attention_examples_are_in_original_source_order(project):
-    root, _ = project
+def test_attention_examples_are_in_original_source_order(study):
+    root, _ = study
     folder = root / "eval" / "additive-rev-h16-s1-lr0.01"
     pieces = json.loads((folder / "attention.json").read_text())
     src_tok = SubwordTokenizer(root / "data" / "tok" / "src.model")
@@ -247,8 +207,8 @@ def test_attention_examples_are_in_original_source_order(project):
             assert np.allclose(matrix.sum(axis=1), 1.0, atol=1e-4)
 
 
-def test_failed_variants_are_reported_not_fatal(project):
-    root, _ = project
+def test_failed_variants_are_reported_not_fatal(study):
+    root, _ = study
     sweep = json.loads((root / "models" / "sweep.json").read_text())
     failed = sorted(k for k, v in sweep["variants"].items() if v["status"] == "failed")
     assert failed == sorted(k for k in sweep["variants"] if k.endswith("lr1e+36"))
@@ -307,8 +267,8 @@ def mlflow_runs(root, **tags):
     return client, client.search_runs([experiment.experiment_id], filter_string=clauses)
 
 
-def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
-    root, _ = project
+def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(study):
+    root, _ = study
     sweep = json.loads((root / "models" / "sweep.json").read_text())
     summary = json.loads((root / "eval" / "summary.json").read_text())
     client, (parent,) = mlflow_runs(root, kind="evaluation", eval_key=summary["eval_key"])
@@ -357,8 +317,8 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(project):
         assert linked.value == pytest.approx(values["bleu"]) and linked.dataset_name == "test"
 
 
-def test_report_renders_in_a_real_browser(project):
-    root, _ = project
+def test_report_renders_in_a_real_browser(study):
+    root, _ = study
     page = root / "reports" / "index.html"
     needs_browser()
     result = check_page(page, screenshot=root / "screenshot.png")
@@ -373,10 +333,10 @@ def dvc(sh, *args, timeout=900):
     return sh(sys.executable, "-m", "dvc", *args, timeout=timeout)
 
 
-def test_mlflow_server_shows_parents_children_and_summary_metrics(project, tmp_path):
+def test_mlflow_server_shows_parents_children_and_summary_metrics(study, tmp_path):
     """The store as the MLflow UI sees it: through `mlflow server`'s REST API on
     127.0.0.1, and its pages in headless Chromium (runs, not the GenAI overview)."""
-    root, _ = project
+    root, _ = study
     with mlflow_server(f"sqlite:///{root / 'mlflow.db'}") as url:
         experiment = rest(url, "experiments/get-by-name?experiment_name=test")["experiment"]
         tags = {t["key"]: t["value"] for t in experiment["tags"]}
@@ -406,8 +366,8 @@ def test_mlflow_server_shows_parents_children_and_summary_metrics(project, tmp_p
         assert "test_bleu" in text and "additive-rev-h16-s1-lr0_01" in text
 
 
-def test_no_op_train_rerun_reruns_nothing_downstream(project):
-    root, sh = project
+def test_no_op_train_rerun_reruns_nothing_downstream(study_copy):
+    root, sh = study_copy
     forced = dvc(sh, "repro", "--force", "--single-item", "train")
     assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
     assert "Running stage 'train'" in forced.stdout
@@ -423,10 +383,10 @@ def _translate(cwd, *args, stdin: str):
     )
 
 
-def test_a_trained_variant_translates_text_as_the_evaluation_decoded_it(project, tmp_path):
+def test_a_trained_variant_translates_text_as_the_evaluation_decoded_it(study, tmp_path):
     """`python -m pipeline.translate <variant>` on the test sources gives the evaluate
     stage's hypotheses; an exported copy gives them too, alone in another folder."""
-    root, _ = project
+    root, _ = study
     variant = "additive-rev-h16-s1-lr0.01"
     sources = [
         line.split("\t")[0]
@@ -442,10 +402,10 @@ def test_a_trained_variant_translates_text_as_the_evaluation_decoded_it(project,
     assert alone.stdout.splitlines() == expected.splitlines()[:5]
 
 
-def test_the_dev_chosen_variant_loads_and_serves_from_the_mlflow_registry(project):
+def test_the_dev_chosen_variant_loads_and_serves_from_the_mlflow_registry(study):
     """`models:/test@dev-best` (the variant with the best dev BLEU of the scorer chosen
     on dev) loads with mlflow.pyfunc and answers HTTP through `mlflow models serve`."""
-    root, _ = project
+    root, _ = study
     client, (parent,) = mlflow_runs(root, kind="evaluation")
     chosen = parent.data.tags["registered_variant"]
     sweep = json.loads((root / "models" / "sweep.json").read_text())
@@ -522,11 +482,11 @@ def test_the_dev_chosen_variant_loads_and_serves_from_the_mlflow_registry(projec
         server.wait(timeout=30)
 
 
-def test_models_pushed_to_a_dvc_remote_translate_in_a_fresh_clone(project, tmp_path):
+def test_models_pushed_to_a_dvc_remote_translate_in_a_fresh_clone(study_copy, tmp_path):
     """The documented remote: `dvc push` from the study's repo, `git clone` + `dvc pull`
     elsewhere; the clone's `dvc repro` has nothing to train or evaluate, and it
     translates."""
-    root, sh = project
+    root, sh = study_copy
     remote = tmp_path / "remote"
     assert dvc(sh, "remote", "add", "--local", "-d", "shared", str(remote)).returncode == 0
     pushed = dvc(sh, "push")
@@ -591,8 +551,8 @@ def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
     assert row["data"]["params"]["params.yaml"]["data"]["evaluate"]["beam_size"] == beam
 
 
-def test_dvc_exp_run_temp_logs_tagged_runs_in_the_repos_store(project):
-    root, sh = project
+def test_dvc_exp_run_temp_logs_tagged_runs_in_the_repos_store(study_copy):
+    root, sh = study_copy
     result = dvc(sh, "exp", "run", "--temp", "-n", "beam1", "-S", "evaluate.beam_size=1")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     _check_experiment_runs(root, sh, "beam1", 1)
@@ -606,8 +566,8 @@ def test_dvc_exp_run_temp_logs_tagged_runs_in_the_repos_store(project):
     assert len(revisions) == 2 and rendered["encoding"]["detail"]["field"] == "series"
 
 
-def test_dvc_queued_experiment_runs_with_queue_start(project):
-    root, sh = project
+def test_dvc_queued_experiment_runs_with_queue_start(study_copy):
+    root, sh = study_copy
     queued = dvc(sh, "exp", "run", "--queue", "-n", "beam3", "-S", "evaluate.beam_size=3")
     assert queued.returncode == 0, queued.stderr[-2000:]
     status = run_queue(sh, ["beam3"], timeout=600)
@@ -615,8 +575,8 @@ def test_dvc_queued_experiment_runs_with_queue_start(project):
     _check_experiment_runs(root, sh, "beam3", 3)
 
 
-def test_dvc_exp_run_in_the_workspace(project):
-    root, sh = project
+def test_dvc_exp_run_in_the_workspace(study_copy):
+    root, sh = study_copy
     result = dvc(sh, "exp", "run", "-n", "beam4", "-S", "evaluate.beam_size=4")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "Running stage 'train'" not in result.stdout
