@@ -43,11 +43,12 @@ study: setup          ## reproduce the whole study (dvc repro); PRESET=name: a p
 	dvc repro
 
 # TEST_WORKERS: pytest-xdist workers. The end-to-end tests spend most of their time waiting
-# on processes they start (Ray, DVC, MLflow), so two workers fill two cores; tests sharing
-# an expensive fixture stay on one worker (--dist loadgroup, tests/conftest.py).
-# TEST_WORKERS=0 runs everything in this one process.
+# on the processes they start (Ray, DVC, MLflow), so two workers fill two cores. Each test
+# file runs whole on one worker (--dist loadfile), so a fixture a file shares (the tiny
+# study, a Ray cluster) is built once; files start in the order pytest collects them, the
+# end-to-end ones first (--no-loadscope-reorder). TEST_WORKERS=0: one process, no workers.
 TEST_WORKERS ?= 2
-PYTEST := python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup           ## the full test suite, end-to-end tests included (what CI runs)
 	$(PYTEST)
 

@@ -16,36 +16,6 @@ from pipeline.data.dataset import TokenizedData, TokenizedSplit
 from pipeline.scorers.plugins import unload_plugins
 from tests.support import PLAIN_TRAINING
 
-SHARED_SESSION_FIXTURES = {"study"}
-"""Session fixtures that build something expensive (tests/e2e/conftest.py)."""
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), the tests that
-    share an expensive fixture form one group: a module-scoped fixture's tests are its
-    module's group, the tests of a session fixture in :data:`SHARED_SESSION_FIXTURES` are
-    that fixture's group. So each is built once, on one worker, and its tests run there in
-    file order (a study's readers before the tests that copy it). Without xdist the mark
-    does nothing."""
-    for item in items:
-        group = shared_fixture_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-def shared_fixture_group(item) -> str | None:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    names = set(info.names_closure)
-    shared = sorted(names & SHARED_SESSION_FIXTURES)
-    if shared:
-        return shared[0]
-    for name in names:
-        if any(d.scope == "module" for d in info.name2fixturedefs.get(name, ())):
-            return item.module.__name__
-    return None
-
 
 @pytest.fixture(autouse=True)
 def _plugin_scorers_stay_in_their_test():

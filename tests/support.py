@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import http.server
 import json
 import os
@@ -268,10 +269,13 @@ def kill_train_when_resumable(
     params: Path, root: Path, extra_env=None, timeout: float = 300, interrupt: dict | None = None
 ) -> tuple[list[Path], set[str]]:
     """Run the train stage and SIGKILL its whole process group as soon as one variant
-    has finished and another has reported a Tune checkpoint. Returns the finished
-    variants' folders and the ids of the checkpointed, unfinished ones. With
-    ``interrupt`` (a dict), send the driver one SIGINT (Ctrl-C) instead, let it end by
-    itself, and store its ``returncode`` and ``stderr`` in that dict."""
+    has finished and another has reported a Tune checkpoint, both in this run (a variant
+    finished, or a checkpoint recorded, before it started does not count). Returns the
+    variants' folders finished in this run and the ids of the checkpointed, unfinished
+    ones. With ``interrupt`` (a dict), send the driver one SIGINT (Ctrl-C) instead, let it
+    end by itself, and store its ``returncode`` and ``stderr`` in that dict."""
+    earlier = {p.parent for p in (root / "models").glob("*/result.json")}
+    recorded = resumable(root)
     env = dict(os.environ, **(extra_env or {}))
     env.update(PYTHONPATH=str(REPO_ROOT))
     for key in CLEARED_ENV:
@@ -290,9 +294,14 @@ def kill_train_when_resumable(
     finished, checkpointed = [], set()
     try:
         while time.time() < deadline and not (finished and checkpointed):
-            finished = [p.parent for p in (root / "models").glob("*/result.json")]
-            done = {folder.name for folder in finished}
-            checkpointed = {k for k, uri in resumable(root).items() if uri and k not in done}
+            every = [p.parent for p in (root / "models").glob("*/result.json")]
+            finished = [folder for folder in every if folder not in earlier]
+            done = {folder.name for folder in every}
+            checkpointed = {
+                k
+                for k, uri in resumable(root).items()
+                if uri and k not in done and uri != recorded.get(k)
+            }
             time.sleep(0.05)
         if interrupt is not None:
             process.send_signal(signal.SIGINT)
@@ -305,6 +314,21 @@ def kill_train_when_resumable(
             pass
         process.wait()
     return finished, checkpointed
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tracked_runs(root: Path, kind: str | None = None):
+    """``(client, runs)`` of the project's MLflow store (``root/mlflow.db``, experiment
+    ``test``), only those tagged ``kind`` when given."""
+    from mlflow.tracking import MlflowClient  # heavy: only where a test reads runs
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("test")
+    found = client.search_runs([experiment.experiment_id])
+    return client, [r for r in found if kind is None or r.data.tags.get("kind") == kind]
 
 
 def stages_run(dvc_stdout: str) -> set[str]:

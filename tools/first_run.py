@@ -131,7 +131,7 @@ def render(result: dict[str, Any]) -> str:
         "| step | exit | minutes |",
         "| --- | ---: | ---: |",
     ]
-    for name in ("setup", "study", "test", "quick"):
+    for name in ("setup", "study", "test", "test-fast", "quick"):
         step = result.get(name)
         if step:
             minutes = step["wall_s"] / 60
@@ -222,35 +222,56 @@ def _study_cell(run: dict[str, Any], out: Path) -> str:
     )
 
 
+def _machine(environment: dict[str, Any]) -> str:
+    return f"{environment['cpus']}-core {environment['cpu']}"
+
+
+def _counts(tests: dict[str, Any]) -> str:
+    """``597 passed, 26 skipped, 25 of them CUDA tests, 0 failed`` from :func:`junit_counts`."""
+    cuda = sum(n for reason, n in tests["skip_reasons"].items() if "CUDA" in reason)
+    skipped = f"{tests['skipped']} skipped" + (f", {cuda} of them CUDA tests" if cuda else "")
+    return f"{tests['passed']} passed, {skipped}, {tests['failures'] + tests['errors']} failed"
+
+
 def readme_block(out: Path = OUT) -> str:
     """The README's "Two commands" table: the study from ``first_run.json`` (or from
     :data:`RESUMED` where there is one); the tests and the quick preset from
     ``first_run_tests.json`` where a later run wrote one."""
     run = json.loads((out / "first_run.json").read_text())
-    tests_file = out / "first_run_tests.json"  # a later run of setup + test (+ quick)
+    tests_file = out / "first_run_tests.json"  # a later run of setup + test (+ test-fast)
     later = json.loads(tests_file.read_text()) if tests_file.is_file() else {}
     tested = later or run
     for name, source in (("setup", run), ("study", run), ("test", tested)):
         if source.get(name, {}).get("exit_code") != 0:
             raise SystemExit(f"error: {out}: `make {name}` did not succeed; nothing to quote")
     study = _study_cell(run, out)
-    tests = tested["tests"]
-    reasons = tests["skip_reasons"]
-    cuda = sum(n for reason, n in reasons.items() if "CUDA" in reason)
-    skipped = f"{tests['skipped']} skipped" + (f", {cuda} of them CUDA tests" if cuda else "")
-    test = (
-        f"{_minutes(tested['test']['wall_s'])} on the same machine ("
-        f"{tests['passed']} passed, {skipped}, {tests['failures'] + tests['errors']} failed)"
+    study_machine = _machine((resumed_study(out) or (run,))[0]["environment"])
+    tested_machine = _machine(tested["environment"])
+    where = (
+        "on the same machine"
+        if tested_machine == study_machine
+        else f"from a fresh clone on a {tested_machine}"
     )
+    test = f"{_minutes(tested['test']['wall_s'])} {where} ({_counts(tested['tests'])})"
     rows = [
         "| command | what it does | measured |",
         "|---|---|---|",
         "| `make study` | creates `.venv`, installs the project, runs `dvc repro`: fetch, "
         f"tokenize, train, evaluate, report | {study} |",
-        "| `make test` | the same setup, then `python -m pytest` (what CI runs); the report's "
-        "browser check runs where Chromium is installed and skips otherwise | " + test + " |",
+        "| `make test` | the same setup, then `python -m pytest` on two workers (what CI runs); "
+        "the report's browser check runs where Chromium is installed and skips otherwise | "
+        + test
+        + " |",
     ]
-    quick = later.get("quick")
+    fast = tested.get("test-fast")
+    if fast and fast["exit_code"] == 0:
+        rows.append(
+            "| `make test-fast` | the unit tests only (no `slow` end-to-end test), what to run "
+            f"between edits | {_minutes(fast['wall_s'])} once set up, on the same machine "
+            f"({_counts(tested['tests-fast'])}) |"
+        )
+    quick_file = out / "first_run_quick.json"  # the quick preset timed on its own
+    quick = (json.loads(quick_file.read_text()) if quick_file.is_file() else later).get("quick")
     if quick and quick["exit_code"] == 0:
         rows.append(
             "| `make study PRESET=quick` | the quick preset: every stage "
@@ -282,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         "--steps",
         nargs="+",
         default=["setup", "study", "test"],
-        choices=["setup", "study", "test", "quick"],
+        choices=["setup", "study", "test", "test-fast", "quick"],
     )
     cli.add_argument("--name", default="first_run", help="results file name (no suffix)")
     cli.add_argument("--out", type=Path, default=OUT)
@@ -350,18 +371,23 @@ def main(argv: list[str] | None = None) -> int:
     if "study" in args.steps:
         result["study"] = run_streamed(["make", "study"], args.workdir, logs / "study.log", env)
         save()
-    if "test" in args.steps:
-        junit = logs / "junit.xml"
+    for step, counts in (("test", "tests"), ("test-fast", "tests-fast")):
+        if step not in args.steps:
+            continue
+        junit = logs / f"{step}.xml"
         test_env = dict(env, PYTEST_ADDOPTS=f"--junitxml={junit} -p no:cacheprovider")
-        result["test"] = run_streamed(["make", "test"], args.workdir, logs / "test.log", test_env)
+        log = logs / f"{step}.log"
+        result[step] = run_streamed(["make", step], args.workdir, log, test_env)
         if junit.exists():
-            result["tests"] = junit_counts(junit)
+            result[counts] = junit_counts(junit)
+        save()
     if "quick" in args.steps:
         quick = ["make", "study", "PRESET=quick"]
         result["quick"] = run_streamed(quick, args.workdir, logs / "quick.log", env)
     save()
     print(render(result))
-    failed = any(result.get(k, {}).get("exit_code") for k in ("study", "test", "quick"))
+    steps = ("study", "test", "test-fast", "quick")
+    failed = any(result.get(k, {}).get("exit_code") for k in steps)
     return 1 if failed else 0
 
 

@@ -4,7 +4,8 @@ tests.
 
 The tiny study (:func:`study`) is built once per test session and read by every test that
 only reads a study's outputs; a test that changes a study works on a copy of it
-(:func:`study_copy`), never on a rebuilt one."""
+(:func:`study_copy`), never on a rebuilt one. Its tests live in one file, which
+``make test``'s workers run whole on one worker (``--dist loadfile``), so it is built once."""
 
 import subprocess
 import sys

@@ -1,0 +1,195 @@
+"""The train stage's faults end to end (real local Ray Tune, real MLflow SQLite store):
+a sweep interrupted and killed, a diverging trial, an error before the first step, a
+damaged cache entry, a summary that cannot be written."""
+
+import json
+
+import torch
+import yaml
+
+from pipeline.models.checkpoint import load_checkpoint
+from tests.support import (
+    digest,
+    kill_train_when_resumable,
+    last_sweep,
+    make_project,
+    resumable,
+    stage,
+    tracked_runs,
+    train_args,
+)
+
+
+def _one_trial_at_a_time(root):
+    """A project whose variants train one after another for up to 6 epochs, so a sweep
+    stopped mid-way has one variant finished and another part-trained."""
+    return make_project(root, max_epochs=6, patience=6, ray={"max_concurrent_trials": 1})
+
+
+def test_a_sweep_interrupted_then_killed_resumes_from_tune_checkpoints_each_time(tmp_path):
+    """One sweep, its variants one at a time, stopped twice before it ends: first by
+    Ctrl-C, which Tune ends normally (the stage must not call the stopped variants
+    failed; it exits non-zero with one line of the project's own resume advice), then by
+    SIGKILL of the driver's whole process group. Each time one variant has finished and
+    another has reported a Tune checkpoint; each rerun keeps the finished ones untouched
+    and resumes the checkpointed one from that checkpoint, not from zero, under the same
+    MLflow parent run."""
+    root = tmp_path
+    params = _one_trial_at_a_time(root)
+    outcome: dict = {}
+    finished, interrupted = kill_train_when_resumable(params, root, interrupt=outcome)
+    assert finished and interrupted, "no finished + checkpointed pair before the deadline"
+    errors = [line for line in outcome["stderr"].splitlines() if line.startswith("error:")]
+    assert outcome["returncode"] != 0 and len(errors) == 1, outcome["stderr"][-2000:]
+    assert "interrupted" in errors[0] and "resume" in errors[0]
+    assert "Tuner.restore" not in outcome["stderr"]  # resume advice from the project only
+    (parent,) = [
+        r.info.run_id for r in tracked_runs(root, "sweep")[1] if r.info.status == "RUNNING"
+    ]
+    first = finished[0]
+    kept = digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns
+
+    later, killed = kill_train_when_resumable(params, root)
+    assert later and killed, "no second finished + checkpointed pair before the deadline"
+    assert interrupted <= {folder.name for folder in later}  # resumed, then finished
+
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns) == kept
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    assert last_sweep(root)["variants"][first.name]["source"] == "cached"
+    assert all(v["status"] == "finished" for v in sweep["variants"].values())
+    for variant_id in interrupted | killed:  # continued from its last Tune checkpoint
+        info = sweep["variants"][variant_id]
+        assert info["status"] == "finished" and info["resumed_at_step"] > 0, info
+        history = (root / "models" / variant_id / "history.csv").read_text().splitlines()
+        assert [int(row.split(",")[0]) for row in history[1:]] == list(
+            range(1, info["epochs_run"] + 1)
+        )
+    _, after = tracked_runs(root)
+    assert len([r for r in after if r.info.run_name == first.name]) == 1
+    # one child run per variant, all under the interrupted sweep's parent run, continued
+    children = [r for r in after if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.info.run_name for r in children) == sorted(sweep["variants"])
+    assert last_sweep(root)["parent_run_id"] == parent
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent}
+    assert len(tracked_runs(root, "sweep")[1]) == 1
+    assert resumable(root) == {}  # every resume record cleared once its variant finished
+
+
+def test_failing_trial_is_retried_reported_and_others_finish(tmp_path):
+    # lr 1e36 makes the loss overflow at step 2: a real divergence, caught by the trainer
+    root = tmp_path
+    grid = {"scorer": ["none", "additive"], "hidden_size": [16], "learning_rate": [0.01, 1e36]}
+    params = make_project(root, grid=grid, max_epochs=1)
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "2 of 4 variants failed" in errors[0], result.stderr[-3000:]
+    sweep = json.loads((root / "models" / "sweep.json").read_text())
+    log = last_sweep(root)
+    for variant_id, info in sweep["variants"].items():
+        if variant_id.endswith("lr1e+36"):
+            assert info["status"] == "failed" and log["variants"][variant_id]["attempts"] == 2
+            # the underlying exception, not Ray's wrapper text
+            assert info["error"].startswith("TrainingDivergedError: "), info["error"]
+            assert "loss is" in info["error"] and variant_id in errors[0]
+        else:
+            assert info["status"] == "finished"
+    _, all_runs = tracked_runs(root)
+    statuses = {
+        r.info.run_name: r.info.status for r in all_runs if "mlflow.parentRunId" in r.data.tags
+    }
+    assert statuses == {
+        k: "FAILED" if k.endswith("lr1e+36") else "FINISHED" for k in sweep["variants"]
+    }
+
+
+TRIAL_ONLY_FAILURE = """
+import sys
+
+import torch
+
+from pipeline.models.attention import Scorer
+from pipeline.scorers import register_scorer
+
+
+@register_scorer("trialfail", paper="test", formula="q . k, failing inside Ray workers")
+class TrialFail(Scorer):
+    def score_projected(self, query, keys):
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():  # a trial, not the driver's preflight
+            raise RuntimeError("no kernel for this shape")
+        return torch.bmm(query, keys.transpose(1, 2))
+"""
+
+
+def test_a_failure_before_the_first_step_is_not_retried_and_named_once(tmp_path):
+    """An error every attempt would repeat (before any step) ends the trial without
+    Tune's retry; the stage's one line names the cause once, with the variants it hit."""
+    root = tmp_path
+    params = make_project(root, grid={"scorer": ["none", "dot"], "seed": [1, 2]}, max_epochs=1)
+    (root / "scorers").mkdir()
+    (root / "scorers" / "trialfail.py").write_text(TRIAL_ONLY_FAILURE)
+    sections = yaml.safe_load(params.read_text())
+    sections["plugins"] = ["scorers/trialfail.py"]
+    sections["train"]["grid"]["scorer"] = ["none", "trialfail"]
+    params.write_text(yaml.safe_dump(sections))
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].count("no kernel for this shape") == 1, errors[0]
+    assert "2 of 4 variants failed" in errors[0]
+    assert "trialfail-fwd-h16-s1" in errors[0] and "trialfail-fwd-h16-s2" in errors[0]
+    log = last_sweep(root)
+    for variant_id, info in log["variants"].items():
+        if variant_id.startswith("trialfail"):
+            assert info["status"] == "failed" and info["attempts"] == 1, info
+        else:
+            assert info["source"] == "trained", info
+    # the study bar never counts a failed variant as done
+    bars = [line for line in result.stderr.replace("\r", "\n").splitlines() if "study:" in line]
+    assert bars and not any("4/4" in line for line in bars), bars[-3:]
+
+
+def test_a_corrupted_cached_variant_is_retrained_not_served(tmp_path):
+    """64 flipped bytes inside a finished variant's checkpoint (models/ and the variant
+    cache share the file): the rerun names the damaged entry, retrains the variant and
+    serves the retrained weights, which equal the first run's."""
+    root = tmp_path
+    params = make_project(root, grid={"scorer": ["none"]}, max_epochs=1)
+    first = stage("stages.train", params, root, *train_args(root))
+    assert first.returncode == 0, first.stderr[-3000:]
+    model = root / "models" / "none-fwd-h16-s1" / "checkpoint.pt"
+    weights = load_checkpoint(model).model.state_dict()
+    (entry,) = (root / ".study_cache" / "variants").glob("*/checkpoint.pt")
+    data = bytearray(entry.read_bytes())
+    data[2000:2064] = bytes(b ^ 0xFF for b in data[2000:2064])
+    with open(entry, "r+b") as handle:  # in place, as a disk error would
+        handle.write(data)
+    rerun = stage("stages.train", params, root, *train_args(root))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"variant cache entry {entry.parent}: checkpoint.pt does not match" in rerun.stderr
+    assert last_sweep(root)["variants"]["none-fwd-h16-s1"]["source"] == "trained"
+    retrained = load_checkpoint(model).model.state_dict()
+    assert all(torch.equal(retrained[k], weights[k]) for k in weights)
+
+
+def test_an_error_writing_sweep_json_after_training_ends_the_parent_run_failed(tmp_path):
+    """Training succeeds, then ``models/sweep.json`` cannot be written (a folder holds its
+    name): one line naming the file, exit 1, and no MLflow run left RUNNING."""
+    root = tmp_path
+    params = make_project(root, grid={"scorer": ["none", "dot"]}, max_epochs=1)
+    blocker = root / "models" / "sweep.json"
+    (blocker / "kept").mkdir(parents=True)
+    result = stage("stages.train", params, root, *train_args(root))
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "sweep.json" in errors[0], result.stderr[-3000:]
+    assert (blocker / "kept").is_dir()  # what stood there is left as it was
+    _, all_runs = tracked_runs(root)
+    (parent,) = [r for r in all_runs if r.data.tags.get("kind") == "sweep"]
+    assert parent.info.status == "FAILED"
+    children = {r.info.run_name: r.info.status for r in all_runs if r is not parent}
+    assert children == {"none-fwd-h16-s1": "FINISHED", "dot-fwd-h16-s1": "FINISHED"}
