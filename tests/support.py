@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,7 @@ from pipeline.data.fetch import fetch
 from pipeline.data.tokenize import tokenize
 from pipeline.sweep.cache import VariantCache
 from pipeline.train.trainer import TrainCallback
+from tools.mlflow_ui import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,6 +82,75 @@ def serve_directory(directory: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+# ------------------------------------------------------------------- a Ray cluster
+def stop_session(process: subprocess.Popen) -> None:
+    """End a process started in its own session and every process it started, never
+    anything else: SIGTERM, a grace period, then SIGKILL for whatever of it is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=8)
+
+
+def ray_nodes(address: str, env: dict) -> list[dict]:
+    """The nodes of the Ray cluster at ``address``: id, alive, resources."""
+    code = (
+        "import json, sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR');"
+        "print(json.dumps([{'id': n['NodeID'], 'alive': n['Alive'], 'resources': n['Resources']}"
+        " for n in ray.nodes()]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, address], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class RayHead:
+    """A Ray head node (``ray start --head --block``) on 127.0.0.1 with token
+    authentication, in its own process session so that :meth:`stop` ends it and all it
+    started. ``env``: what a driver or another node needs to join it (the token);
+    ``address``: ``127.0.0.1:<port>``."""
+
+    def __init__(self, num_cpus: int, temp_dir: Path):
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+        self.temp_dir = temp_dir  # short: Ray's socket paths live under it
+        command = [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            f"--port={self.port}",
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={num_cpus}",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+            "--block",
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | self.env
+        self.process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def environment(self) -> dict[str, str]:
+        """This process's environment with the cluster's token (for ``subprocess``)."""
+        return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | self.env
+
+    def stop(self) -> None:
+        stop_session(self.process)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- a tiny study project

@@ -10,7 +10,6 @@ from pipeline.data.batching import make_batch
 from pipeline.data.dataset import TokenizedData
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.search import greedy_search
-from pipeline.plotting import heatmap_figure
 
 DEV_EXAMPLE_SUBWORDS = 25
 """The dev heatmap shows the dev sentence whose source is closest to this many subwords:
@@ -38,4 +37,6 @@ def dev_attention_figure(checkpoint_path: Path, data, out_dir: Path) -> Path | N
     matrix = attentions[0][: len(target)]
     target = target[: len(matrix)]
     title = f"{loaded.variant_id}: dev sentence {index} (greedy)"
+    from pipeline.plotting import heatmap_figure  # matplotlib: only for a model with attention
+
     return heatmap_figure(matrix, source, target, title, Path(out_dir) / "dev_attention")[0]

@@ -1,8 +1,8 @@
 """The whole pipeline as a user runs it: `dvc repro` over all five stages on a tiny grid
 (real DVC, Ray, MLflow, sacreBLEU, Chromium), then DVC experiments on top of it (in the
 workspace, `--temp`, `--queue` + `dvc queue start`) and the MLflow server's view of the
-runs. One variant family diverges on purpose (learning rate 1e36) and `allow_partial`
-lets the study finish around it."""
+runs. One variant diverges on purpose (learning rate 1e36) and `allow_partial` lets the
+study finish around it. The study is built once (tests/e2e/conftest.py)."""
 
 import json
 import os
@@ -140,7 +140,7 @@ def test_metrics_schema_and_dvc_metrics_and_plots(study):
     additive = summary["variants"]["additive-fwd-h16-s1-lr0.01"]["bleu"]
     assert test["bleu_all"]["additive"] == pytest.approx(additive, abs=0.01)
     assert set(test["bleu_inside"]) == {"none", "additive", "cosine"}
-    assert test["failed_variants"] == 4
+    assert test["failed_variants"] == 1
     # one seed: nothing confirmatory can be tested, under either decoding
     assert (
         set(words["verdicts"].values())
@@ -211,7 +211,7 @@ def test_failed_variants_are_reported_not_fatal(study):
     root, _ = study
     sweep = json.loads((root / "models" / "sweep.json").read_text())
     failed = sorted(k for k, v in sweep["variants"].items() if v["status"] == "failed")
-    assert failed == sorted(k for k in sweep["variants"] if k.endswith("lr1e+36"))
+    assert failed == ["additive-fwd-h16-s1-lr1e+36"]
     summary = pd.read_csv(root / "reports" / "summary.csv")
     assert sorted(summary[summary.status == "failed"].variant) == failed
     assert set(summary[summary.evaluated].variant) == set(
@@ -351,7 +351,7 @@ def test_mlflow_server_shows_parents_children_and_summary_metrics(study, tmp_pat
         parents = {
             t["value"] for r in train for t in r["data"]["tags"] if t["key"] == "mlflow.parentRunId"
         }
-        assert parents == {sweeps[0]["info"]["run_id"]} and len(train) == 9
+        assert parents == {sweeps[0]["info"]["run_id"]} and len(train) == 6
         ids = [c["info"]["run_id"] for c in children]
         page = compare_url(url, experiment_id, ids)
         text = screenshot(page, tmp_path / "compare.png", "test_bleu")

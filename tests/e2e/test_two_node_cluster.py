@@ -11,13 +11,8 @@ sets it up for a cluster.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,20 +24,17 @@ from mlflow.tracking import MlflowClient
 
 from tests.support import (
     REPO_ROOT,
+    RayHead,
     kill_train_when_resumable,
     last_sweep,
     make_project,
+    ray_nodes,
     stage,
+    stop_session,
     train_args,
 )
 
 RAY = str(Path(sys.executable).parent / "ray")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _mount_namespaces_work() -> str | None:
@@ -70,31 +62,6 @@ def _hide(paths: list[Path], keep: Path) -> str:
     return " && ".join(lines)
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """End a node and every process it started (its own session), never anything else:
-    SIGTERM, a grace period, then SIGKILL for whatever of the session is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=8)
-
-
-def _nodes(address: str, env: dict) -> list[dict]:
-    code = (
-        "import json, sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR');"
-        "print(json.dumps([{'id': n['NodeID'], 'alive': n['Alive'], 'resources': n['Resources']}"
-        " for n in ray.nodes()]))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, address], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     reason = _mount_namespaces_work()
@@ -103,30 +70,9 @@ def cluster(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("cluster")
     projects, storage = tmp_path / "projects", tmp_path / "storage"
     storage.mkdir()
-    temp_dir = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: socket paths
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
-    env.pop("RAY_ADDRESS", None)
     started = time.perf_counter()
-    head = subprocess.Popen(
-        [
-            RAY,
-            "start",
-            "--head",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=1",
-            "--num-gpus=0",
-            "--include-dashboard=false",
-            f"--temp-dir={temp_dir}",
-            "--block",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    head = RayHead(num_cpus=1, temp_dir=Path(tempfile.mkdtemp(prefix="rt", dir="/tmp")))
+    address, env = head.address, head.environment()
     projects.mkdir()
     hide = _hide([REPO_ROOT, projects], tmp_path / "venv")
     worker_cmd = (
@@ -144,7 +90,7 @@ def cluster(tmp_path_factory):
         deadline, nodes = time.time() + 120, []
         while time.time() < deadline:
             assert worker.poll() is None, worker.stderr.read().decode()[-2000:]
-            nodes = [n for n in _nodes(address, env) if n["alive"]]
+            nodes = [n for n in ray_nodes(address, env) if n["alive"]]
             if any("worker_node" in n["resources"] for n in nodes):
                 break
             time.sleep(1)
@@ -159,9 +105,8 @@ def cluster(tmp_path_factory):
             "start_s": time.perf_counter() - started,
         }
     finally:
-        _stop(worker)
-        _stop(head)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        stop_session(worker)
+        head.stop()
 
 
 def _run(module, params, project, env, *args):
