@@ -10,7 +10,10 @@ the median wall time and, with a baseline, the ratio. Each checkout's commands r
 its own ``.venv`` when it has one. Commands: each stage's ``--help`` (argument parsing;
 a stage loads torch, Ray Tune or MLflow only when it runs), the imports the train stage
 needs (``pipeline.sweep.driver``, ``mlflow``, ``ray.tune``, ``torch``), and ``dvc repro``
-and ``dvc status`` in ``--project`` (a built study, up to date; optional). Writes
+and ``dvc status`` in ``--project`` (a built study, up to date; optional: it runs that
+project's own code, so its two columns differ only by the checkouts' environments;
+``dvc repro`` reruns the always-run ``inputs`` stage, which rewrites an identical record).
+Writes
 ``<out>/latest.json`` and ``<out>/latest.md``. Not part of the tests.
 """
 
@@ -75,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--repeats", type=int, default=3)
     cli.add_argument("--out", type=Path, default=OUT)
     args = cli.parse_args(argv)
+    if args.repeats < 1:
+        cli.error("--repeats: at least 1")
     repos = {"this": args.repo.resolve()}
     if args.against is not None:
         repos["baseline"] = args.against.resolve()

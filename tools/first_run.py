@@ -264,19 +264,22 @@ def readme_block(out: Path = OUT) -> str:
         + " |",
     ]
     fast = tested.get("test-fast")
-    if fast and fast["exit_code"] == 0:
+    if fast and fast["exit_code"] == 0 and "tests-fast" in tested:
         rows.append(
             "| `make test-fast` | the unit tests only (no `slow` end-to-end test), what to run "
-            f"between edits | {_minutes(fast['wall_s'])} once set up, on the same machine "
-            f"({_counts(tested['tests-fast'])}) |"
+            f"between edits | {_minutes(fast['wall_s'])} once set up, on the same machine as "
+            f"`make test` ({_counts(tested['tests-fast'])}) |"
         )
     quick_file = out / "first_run_quick.json"  # the quick preset timed on its own
-    quick = (json.loads(quick_file.read_text()) if quick_file.is_file() else later).get("quick")
+    quick_run = json.loads(quick_file.read_text()) if quick_file.is_file() else later
+    quick = quick_run.get("quick")
     if quick and quick["exit_code"] == 0:
+        machine = _machine(quick_run["environment"])
+        where = "the same machine as `make study`" if machine == study_machine else f"a {machine}"
         rows.append(
             "| `make study PRESET=quick` | the quick preset: every stage "
             "on a small grid, unconverged (a try-out) | "
-            f"{_minutes(quick['wall_s'])} once set up, on the same machine |"
+            f"{_minutes(quick['wall_s'])} once set up, on {where} |"
         )
     return "\n".join(rows)
 

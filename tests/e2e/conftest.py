@@ -7,6 +7,8 @@ only reads a study's outputs; a test that changes a study works on a copy of it
 (:func:`study_copy`), never on a rebuilt one. Its tests live in one file, which
 ``make test``'s workers run whole on one worker (``--dist loadfile``), so it is built once."""
 
+import contextlib
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -79,8 +81,31 @@ def study(tmp_path_factory):
 @pytest.fixture
 def study_copy(study, tmp_path):
     """A copy of the built study (``cp -a``: its git repo, DVC cache, models, MLflow
-    store and variant cache) for a test that changes it. Returns ``(root, sh)``."""
+    store and artifacts, variant cache) for a test that changes it, its MLflow store
+    moved with it (:func:`move_sqlite_paths`), so the copy never writes into the
+    original. Returns ``(root, sh)``."""
     root = tmp_path / "study"
     copied = subprocess.run(["cp", "-a", str(study[0]), str(root)], capture_output=True, text=True)
     assert copied.returncode == 0, copied.stderr
+    move_sqlite_paths(root / "mlflow.db", study[0], root)
     return root, shell(root)
+
+
+def move_sqlite_paths(database: Path, old: Path, new: Path) -> None:
+    """Rewrite every text value under ``old`` to lie under ``new`` in an SQLite file:
+    MLflow's store records absolute artifact locations (experiments, runs, logged models,
+    model versions), which would otherwise point a copied store at the original."""
+    with contextlib.closing(sqlite3.connect(database)) as connection, connection:
+        tables = [
+            r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        ]
+        for table in tables:
+            for column in connection.execute(f'PRAGMA table_info("{table}")').fetchall():
+                if column[2].upper() in ("TEXT", "VARCHAR") or column[2].upper().startswith(
+                    "VARCHAR"
+                ):
+                    connection.execute(
+                        f'UPDATE "{table}" SET "{column[1]}" = REPLACE("{column[1]}", ?, ?) '
+                        f'WHERE "{column[1]}" LIKE ?',
+                        (str(old), str(new), f"%{old}%"),
+                    )

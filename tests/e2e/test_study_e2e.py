@@ -317,14 +317,14 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(study):
         assert linked.value == pytest.approx(values["bleu"]) and linked.dataset_name == "test"
 
 
-def test_report_renders_in_a_real_browser(study):
+def test_report_renders_in_a_real_browser(study, tmp_path):
     root, _ = study
     page = root / "reports" / "index.html"
     needs_browser()
-    result = check_page(page, screenshot=root / "screenshot.png")
+    result = check_page(page, screenshot=tmp_path / "screenshot.png")
     assert result.images >= 3
     assert result.problems == []
-    assert (root / "screenshot.png").stat().st_size > 10_000
+    assert (tmp_path / "screenshot.png").stat().st_size > 10_000
     html = page.read_text()
     assert "Findings" in html and "additive-rev-h16-s1-lr0.01" in html and "Provenance" in html
 

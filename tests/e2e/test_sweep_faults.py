@@ -26,6 +26,11 @@ def _one_trial_at_a_time(root):
     return make_project(root, max_epochs=6, patience=6, ray={"max_concurrent_trials": 1})
 
 
+def _checkpoint_state(folder):
+    """A finished variant's checkpoint as a rerun must leave it: its bytes and mtime."""
+    return digest(folder / "checkpoint.pt"), (folder / "checkpoint.pt").stat().st_mtime_ns
+
+
 def test_a_sweep_interrupted_then_killed_resumes_from_tune_checkpoints_each_time(tmp_path):
     """One sweep, its variants one at a time, stopped twice before it ends: first by
     Ctrl-C, which Tune ends normally (the stage must not call the stopped variants
@@ -47,17 +52,19 @@ def test_a_sweep_interrupted_then_killed_resumes_from_tune_checkpoints_each_time
         r.info.run_id for r in tracked_runs(root, "sweep")[1] if r.info.status == "RUNNING"
     ]
     first = finished[0]
-    kept = digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns
+    kept = {folder: _checkpoint_state(folder) for folder in finished}
 
     later, killed = kill_train_when_resumable(params, root)
     assert later and killed, "no second finished + checkpointed pair before the deadline"
     assert interrupted <= {folder.name for folder in later}  # resumed, then finished
+    kept |= {folder: _checkpoint_state(folder) for folder in later}  # the killed run's too
 
     result = stage("stages.train", params, root, *train_args(root))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (digest(first / "checkpoint.pt"), (first / "checkpoint.pt").stat().st_mtime_ns) == kept
+    for folder, state in kept.items():  # untouched, and taken as they were
+        assert _checkpoint_state(folder) == state, folder.name
+        assert last_sweep(root)["variants"][folder.name]["source"] == "cached", folder.name
     sweep = json.loads((root / "models" / "sweep.json").read_text())
-    assert last_sweep(root)["variants"][first.name]["source"] == "cached"
     assert all(v["status"] == "finished" for v in sweep["variants"].values())
     for variant_id in interrupted | killed:  # continued from its last Tune checkpoint
         info = sweep["variants"][variant_id]
