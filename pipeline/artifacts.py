@@ -17,15 +17,13 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 
 from pipeline.errors import StageError
 from pipeline.io import sha256_file, write_bytes, write_json
-
-if TYPE_CHECKING:  # pandas is imported where a table is built: a trial never needs it
-    import pandas as pd
 
 SWEEP_FILE = "sweep.json"
 """``models/sweep.json``: status, config hash and training summary of every variant
@@ -383,8 +381,6 @@ def variant_table(records) -> pd.DataFrame:
                 "tokens_per_s": summary.get("tokens_per_s", np.nan),
             }
         )
-    import pandas as pd
-
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import http.server
 import json
 import os
@@ -135,10 +134,9 @@ class RayHead:
             f"--temp-dir={temp_dir}",
             "--block",
         ]
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | self.env
         self.process = subprocess.Popen(
             command,
-            env=env,
+            env=self.environment(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -387,19 +385,15 @@ def kill_train_when_resumable(
     return finished, checkpointed
 
 
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def tracked_runs(root: Path, kind: str | None = None):
+def tracked_runs(root: Path, **tags: str):
     """``(client, runs)`` of the project's MLflow store (``root/mlflow.db``, experiment
-    ``test``), only those tagged ``kind`` when given."""
+    ``test``), only the runs whose tags have the given values."""
     from mlflow.tracking import MlflowClient  # heavy: only where a test reads runs
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("test")
-    found = client.search_runs([experiment.experiment_id])
-    return client, [r for r in found if kind is None or r.data.tags.get("kind") == kind]
+    clauses = " AND ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    return client, client.search_runs([experiment.experiment_id], filter_string=clauses)
 
 
 def stages_run(dvc_stdout: str) -> set[str]:

@@ -101,9 +101,7 @@ def move_sqlite_paths(database: Path, old: Path, new: Path) -> None:
         ]
         for table in tables:
             for column in connection.execute(f'PRAGMA table_info("{table}")').fetchall():
-                if column[2].upper() in ("TEXT", "VARCHAR") or column[2].upper().startswith(
-                    "VARCHAR"
-                ):
+                if column[2].upper().startswith(("TEXT", "VARCHAR")):
                     connection.execute(
                         f'UPDATE "{table}" SET "{column[1]}" = REPLACE("{column[1]}", ?, ?) '
                         f'WHERE "{column[1]}" LIKE ?',

@@ -16,13 +16,13 @@ import urllib.request
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 
 from pipeline.data.dataset import SubwordTokenizer
 from tests.support import (
     needs_browser,
     run_queue,
     stages_run,
+    tracked_runs,
 )
 from tools.browser import check_page
 from tools.mlflow_ui import (
@@ -83,7 +83,7 @@ def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(study_co
     declared = {f["title"]: f for f in findings["findings"]["beam"]}
     assert declared["Cosine vs additive"]["verdict"] == "not testable"  # one seed, unplateaued
     assert "cosine" in (root / "reports" / "index.html").read_text()
-    _, runs = mlflow_runs(root, kind="test")
+    _, runs = tracked_runs(root, kind="test")
     assert f"test:{variant}" in {r.info.run_name for r in runs}
     plugin = root / "scorers" / "cosine.py"
     original = plugin.read_text()
@@ -260,19 +260,12 @@ def test_failed_variants_are_reported_not_fatal(study):
     assert len(verdicts) == 6  # length, attention, reversal, scorer, hidden size; cosine
 
 
-def mlflow_runs(root, **tags):
-    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("test")
-    clauses = " AND ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
-    return client, client.search_runs([experiment.experiment_id], filter_string=clauses)
-
-
 def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(study):
     root, _ = study
     sweep = json.loads((root / "models" / "sweep.json").read_text())
     summary = json.loads((root / "eval" / "summary.json").read_text())
-    client, (parent,) = mlflow_runs(root, kind="evaluation", eval_key=summary["eval_key"])
-    _, children = mlflow_runs(root, kind="test", eval_key=summary["eval_key"])
+    client, (parent,) = tracked_runs(root, kind="evaluation", eval_key=summary["eval_key"])
+    _, children = tracked_runs(root, kind="test", eval_key=summary["eval_key"])
     assert sorted(r.info.run_name for r in children) == sorted(
         f"test:{v}" for v in summary["variants"]
     )
@@ -406,7 +399,7 @@ def test_the_dev_chosen_variant_loads_and_serves_from_the_mlflow_registry(study)
     """`models:/test@dev-best` (the variant with the best dev BLEU of the scorer chosen
     on dev) loads with mlflow.pyfunc and answers HTTP through `mlflow models serve`."""
     root, _ = study
-    client, (parent,) = mlflow_runs(root, kind="evaluation")
+    client, (parent,) = tracked_runs(root, kind="evaluation")
     chosen = parent.data.tags["registered_variant"]
     sweep = json.loads((root / "models" / "sweep.json").read_text())
     additive = {
@@ -530,15 +523,15 @@ def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
     """The experiment's test scores are in MLflow, in runs tagged with its name and
     baseline, found from `dvc exp show`'s row; no training was redone."""
     baseline = sh("git", "rev-parse", "HEAD").stdout.strip()
-    client, runs = mlflow_runs(root, kind="test", **{"dvc.exp_name": name})
+    client, runs = tracked_runs(root, kind="test", **{"dvc.exp_name": name})
     assert len(runs) == 5, [r.info.run_name for r in runs]
     for run in runs:
         assert run.data.tags["dvc.baseline_rev"] == baseline
         assert run.data.params["evaluate.beam_size"] == str(beam)
         assert "test_bleu" in run.data.metrics and "best_dev_bleu" in run.data.metrics
-    _, evaluations = mlflow_runs(root, kind="evaluation", **{"dvc.exp_name": name})
+    _, evaluations = tracked_runs(root, kind="evaluation", **{"dvc.exp_name": name})
     assert len(evaluations) == 1
-    _, trained = mlflow_runs(root, kind="train")
+    _, trained = tracked_runs(root, kind="train")
     finished = [r for r in trained if r.info.status == "FINISHED"]
     assert len(finished) == 5  # the experiment reused the trained models
     shown = dvc(sh, "exp", "show", "--json")

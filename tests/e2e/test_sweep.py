@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
+from pipeline.io import sha256_file
 from tests.support import (
-    digest,
     last_sweep,
     make_project,
     stage,
@@ -110,19 +110,19 @@ def test_mlflow_children_nest_under_one_parent_with_epoch_and_summary_metrics(tr
 
 def test_rerun_trains_nothing_and_a_new_axis_value_trains_only_new_variants(trained):
     root, params = trained
-    before = {p: digest(p) for p in (root / "models").glob("*/checkpoint.pt")}
+    before = {p: sha256_file(p) for p in (root / "models").glob("*/checkpoint.pt")}
     mtimes = {p: p.stat().st_mtime_ns for p in before}
-    everything = {p: digest(p) for p in (root / "models").rglob("*") if p.is_file()}
+    everything = {p: sha256_file(p) for p in (root / "models").rglob("*") if p.is_file()}
     result = stage("stages.train", params, root, *train_args(root))
     assert result.returncode == 0, result.stderr[-2000:]
     # byte-identical, sweep.json included: DVC sees an unchanged output
-    assert {p: digest(p) for p in (root / "models").rglob("*") if p.is_file()} == everything
-    assert {p: digest(p) for p in before} == before
+    assert {p: sha256_file(p) for p in (root / "models").rglob("*") if p.is_file()} == everything
+    assert {p: sha256_file(p) for p in before} == before
     assert {p: p.stat().st_mtime_ns for p in before} == mtimes
     assert {v["source"] for v in last_sweep(root)["variants"].values()} == {"cached"}
     _, all_runs = tracked_runs(root)
     assert len([r for r in all_runs if "mlflow.parentRunId" in r.data.tags]) == 4
-    assert len(tracked_runs(root, "sweep")[1]) == 1  # nothing trained: no new sweep run
+    assert len(tracked_runs(root, kind="sweep")[1]) == 1  # nothing trained: no new sweep run
 
     grown = params.read_text().replace("- additive\n", "- additive\n    - dot\n")
     assert grown != params.read_text()
@@ -133,7 +133,7 @@ def test_rerun_trains_nothing_and_a_new_axis_value_trains_only_new_variants(trai
     statuses = {k: v["source"] for k, v in last_sweep(root)["variants"].items()}
     assert statuses["dot-fwd-h16-s1"] == statuses["dot-rev-h16-s1"] == "trained"
     assert [s for k, s in statuses.items() if not k.startswith("dot")] == ["cached"] * 4
-    assert {p: digest(p) for p in before} == before
+    assert {p: sha256_file(p) for p in before} == before
 
 
 def test_two_independent_runs_of_a_study_give_identical_models_and_metrics(trained, tmp_path):

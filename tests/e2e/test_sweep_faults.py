@@ -7,9 +7,9 @@ import json
 import torch
 import yaml
 
+from pipeline.io import sha256_file
 from pipeline.models.checkpoint import load_checkpoint
 from tests.support import (
-    digest,
     kill_train_when_resumable,
     last_sweep,
     make_project,
@@ -28,7 +28,7 @@ def _one_trial_at_a_time(root):
 
 def _checkpoint_state(folder):
     """A finished variant's checkpoint as a rerun must leave it: its bytes and mtime."""
-    return digest(folder / "checkpoint.pt"), (folder / "checkpoint.pt").stat().st_mtime_ns
+    return sha256_file(folder / "checkpoint.pt"), (folder / "checkpoint.pt").stat().st_mtime_ns
 
 
 def test_a_sweep_interrupted_then_killed_resumes_from_tune_checkpoints_each_time(tmp_path):
@@ -49,7 +49,7 @@ def test_a_sweep_interrupted_then_killed_resumes_from_tune_checkpoints_each_time
     assert "interrupted" in errors[0] and "resume" in errors[0]
     assert "Tuner.restore" not in outcome["stderr"]  # resume advice from the project only
     (parent,) = [
-        r.info.run_id for r in tracked_runs(root, "sweep")[1] if r.info.status == "RUNNING"
+        r.info.run_id for r in tracked_runs(root, kind="sweep")[1] if r.info.status == "RUNNING"
     ]
     first = finished[0]
     kept = {folder: _checkpoint_state(folder) for folder in finished}
@@ -80,7 +80,7 @@ def test_a_sweep_interrupted_then_killed_resumes_from_tune_checkpoints_each_time
     assert sorted(r.info.run_name for r in children) == sorted(sweep["variants"])
     assert last_sweep(root)["parent_run_id"] == parent
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent}
-    assert len(tracked_runs(root, "sweep")[1]) == 1
+    assert len(tracked_runs(root, kind="sweep")[1]) == 1
     assert resumable(root) == {}  # every resume record cleared once its variant finished
 
 
