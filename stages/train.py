@@ -17,7 +17,7 @@ logger = logging.getLogger("stages.train")
 def main(args, config) -> int:
     # imported here, not at the top: `--help` and argument errors answer without loading
     # torch, Ray Tune and MLflow (seconds)
-    from pipeline.artifacts import SWEEP_FILE
+    from pipeline.records.sweep import SWEEP_FILE
     from pipeline.sweep.driver import SweepFailedError, SweepPaths, run_sweep
 
     settings = infra(args)

@@ -27,11 +27,13 @@ import pytest
 import yaml
 
 from pipeline.config.grid import validate_grid
-from pipeline.config.params import read_params
+from pipeline.config.params import ModelConfig, TrainConfig, read_params
 from pipeline.data.fetch import fetch
 from pipeline.data.tokenize import tokenize
+from pipeline.records.sweep import FINISHED, VariantRecord
+from pipeline.records.train import TrainSummary
 from pipeline.sweep.cache import VariantCache
-from pipeline.train.trainer import TrainCallback
+from pipeline.train.callbacks import TrainCallback
 from tools.mlflow_ui import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -429,3 +431,41 @@ class InterruptAtEpoch(TrainCallback):
         self.seen.append(row)
         if row["epoch"] == self.epoch:
             raise Interrupted
+
+
+def train_summary(variant_id: str = "additive-fwd-h16-s1", **fields) -> TrainSummary:
+    """A finished variant's training summary with plausible values (``fields`` override)."""
+    values = dict(
+        variant_id=variant_id,
+        best_epoch=2,
+        best_step=40,
+        best_dev_loss=3.5,
+        best_dev_bleu=4.25,
+        epochs_run=3,
+        steps=60,
+        wall_time_s=12.0,
+        tokens_per_s=900.0,
+        parameter_count=1234,
+        precision="fp32",
+        stop_reason="early_stopping",
+        evaluations=6,
+        plateaued=True,
+        device="cpu",
+        node_id="node",
+    )
+    return TrainSummary(**{**values, **fields})
+
+
+def variant_record(
+    variant_id: str, scorer: str = "additive", seed: int = 1, model=None, train=None, **summary
+) -> VariantRecord:
+    """A finished variant's record (``model``/``train``: ModelConfig/TrainConfig fields)."""
+    return VariantRecord(
+        variant_id,
+        FINISHED,
+        f"hash-{variant_id}",
+        {"scorer": scorer, "seed": seed},
+        ModelConfig(**{"scorer": scorer, "hidden_size": 16, **(model or {})}),
+        TrainConfig(**{"seed": seed, **(train or {})}),
+        train_summary(variant_id, **summary),
+    )

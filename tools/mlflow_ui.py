@@ -221,8 +221,8 @@ def best_per_scorer(children: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    from pipeline.artifacts import EVAL_SUMMARY
     from pipeline.config.infra import load_infra
+    from pipeline.records.evaluation import EvaluationSummary
     from pipeline.tracking.store import resolve_uri
 
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -238,8 +238,7 @@ def main() -> None:
     args = cli.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     infra = load_infra(args.params, args.infra)
-    summary = args.eval / EVAL_SUMMARY
-    key = json.loads(summary.read_text())["eval_key"] if summary.is_file() else None
+    key = EvaluationSummary.key_of(args.eval)
     uri = resolve_uri(infra)
     server = nullcontext(uri) if uri.startswith(("http://", "https://")) else mlflow_server(uri)
     with server as url:  # a tracking server is used as it is; a store gets a local one

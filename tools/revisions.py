@@ -25,6 +25,8 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.records.sweep import SweepRecord
+
 logger = logging.getLogger("tools.revisions")
 ROOT = Path(__file__).resolve().parents[1]
 GRID = {"scorer": ["additive", "none", "dot", "general"], "hidden_size": [256]}
@@ -96,11 +98,11 @@ def run_once(tree: Path, tok_dir: Path, steps: int) -> dict:
         seconds = time.perf_counter() - start
         if done.returncode:
             raise RuntimeError(f"{tree}: train stage failed: {done.stderr.strip()[-500:]}")
-        variants = json.loads((scratch / "models" / "sweep.json").read_text())["variants"]
+        trained = {i: v.summary for i, v in SweepRecord.load(scratch / "models").finished.items()}
     return {
         "wall_s": round(seconds, 1),
-        "trial_s": round(sum(v["wall_time_s"] for v in variants.values()), 1),
-        "tokens_per_s": {k: round(v["tokens_per_s"]) for k, v in variants.items()},
+        "trial_s": round(sum(s.wall_time_s for s in trained.values()), 1),
+        "tokens_per_s": {k: round(s.tokens_per_s) for k, s in trained.items()},
     }
 
 

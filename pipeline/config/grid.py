@@ -32,7 +32,10 @@ before it. 1: up to the LSTM default; 2: the compiled additive-energy kernel, wh
 rounding differs from the torch blocks'; 3: the plateau rule's learning-rate floor;
 4: fp32 without TF32 on GPUs."""
 
-_ID_AXES = ("scorer", "reverse_source", "hidden_size", "seed")
+COMPARED = ("scorer", "reverse_source", "hidden_size")
+"""The grid axes the findings compare (with the seed): twins share every other setting.
+The one place they are spelled."""
+_ID_AXES = (*COMPARED, "seed")
 GRID_SETTINGS = {"grid", "grid_include", "only", "allow_partial"}
 """``train`` keys that shape the sweep rather than a variant (not part of its config)."""
 _GRID_EXCLUDED = GRID_SETTINGS

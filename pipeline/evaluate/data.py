@@ -7,17 +7,17 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from pipeline.artifacts import SweepRecord, VariantRecord
 from pipeline.config.params import Config
 from pipeline.data.pairs import parse_tsv_pairs, read_groups
 from pipeline.data.split import length_bucket
 from pipeline.errors import StageError
 from pipeline.evaluate.decode import DecodeResult
 from pipeline.evaluate.metrics import Buckets
+from pipeline.records.evaluation import VariantMetrics
+from pipeline.records.sweep import SweepRecord, VariantRecord
 
 
 def attention_example_indices(
@@ -137,7 +137,7 @@ class Decoded:
 @dataclass
 class Scores:
     main: str
-    metrics: dict[str, dict[str, Any]]  # variant -> eval/<variant>/metrics.json
+    metrics: dict[str, VariantMetrics]  # variant -> eval/<variant>/metrics.json
     stats: dict[str, dict[str, np.ndarray]]  # decoding -> variant -> sentence statistics
 
 

@@ -16,18 +16,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pipeline.artifacts import (
-    COMPARISONS,
-    FINDINGS,
-    STUDY_TABLE,
-    EvalFiles,
-    EvaluationSummary,
-    VariantFiles,
-    VariantRecord,
-)
+from pipeline.artifacts import COMPARISONS, FINDINGS, STUDY_TABLE, EvalFiles, VariantFiles
 from pipeline.evaluate.data import Evaluation
 from pipeline.evaluate.tables import metric_name
-from pipeline.tracking.store import Tracker, dataset_digest, experiment_key, training_summary
+from pipeline.records.evaluation import EvaluationSummary
+from pipeline.records.sweep import VariantRecord
+from pipeline.tracking.store import Tracker, dataset_digest, experiment_key
 from pipeline.translate.mlflow_model import save_pyfunc
 
 logger = logging.getLogger(__name__)
@@ -112,17 +106,18 @@ def _log_test_runs(
     metrics = evaluation.scores.metrics
     for variant_id, result in tqdm(metrics.items(), desc="MLflow test runs", unit="run"):
         record = evaluation.sweep.variants[variant_id]
-        train_metrics, tags = training_summary(record.summary)
+        trained = record.summary  # evaluated variants are finished: they have one
+        train_metrics, tags = trained.mlflow_metrics(), trained.mlflow_tags()
         training = training_runs.get(record.config_hash)
         if training is not None:
             tags["training_run_id"] = training.info.run_id
-        decoded_at = result.get("decode_started", time.time())
+        decoded_at = result.decode_started
         run_id = tracker.find_or_start(
             f"test:{variant_id}",
             experiment_key({"kind": "test", "eval_key": key, "config_hash": record.config_hash}),
             parent_id=parent_id,
             params={**variant_params(record, axes), **evaluate_params},
-            tags={"variant": variant_id, "sacrebleu_signature": result["signature"], **tags},
+            tags={"variant": variant_id, "sacrebleu_signature": result.signature, **tags},
             start_time_ms=int(decoded_at * 1000),
         )
         source_run = training.info.run_id if training is not None else run_id
@@ -130,16 +125,16 @@ def _log_test_runs(
         if model_id:
             models[variant_id] = model_id
             tracker.set_tags(run_id, {"model_id": model_id})
-        values = {"test_bleu": result["bleu"], "test_bleu_low": result["bleu_low"]}
-        values.update(test_bleu_high=result["bleu_high"], test_chrf=result["chrf"])
-        values.update({metric_name(b["bucket"]): b["bleu"] for b in result["by_length"]})
+        values = {"test_bleu": result.bleu, "test_bleu_low": result.bleu_low}
+        values.update(test_bleu_high=result.bleu_high, test_chrf=result.chrf)
+        values.update({metric_name(b.bucket): b.bleu for b in result.by_length})
         tracker.log_metrics(run_id, values, model_id=model_id, dataset=dataset)
         summary = {k: v for k, v in train_metrics.items() if k in TEST_RUN_SUMMARY}
         tracker.log_metrics(run_id, summary)
         tracker.log_dataset(run_id, "test", test.file, test.sha256, "evaluation")
         files = EvalFiles(paths.out / variant_id)
         tracker.log_artifacts(run_id, [files.metrics, files.by_length, files.hypotheses])
-        ended = decoded_at + result.get("decode_seconds", 0.0)
+        ended = decoded_at + result.decode_seconds
         tracker.finish(run_id, end_time_ms=int(ended * 1000))
     tracker.log_artifacts(
         parent_id, [paths.out / STUDY_TABLE, paths.out / COMPARISONS, paths.out / FINDINGS]
@@ -160,7 +155,7 @@ def variant_model(tracker: Tracker, record: VariantRecord, folder: Path, run_id:
             run_id,
             folder.name,
             model_dir,
-            step=int(record.summary.get("best_step") or 0),
+            step=record.summary.best_step if record.summary else 0,
             params=record.settings(),
             tags={"config_hash": record.config_hash, "variant": folder.name},
         )
@@ -172,6 +167,6 @@ def variant_params(record: VariantRecord, axes: list[str]) -> dict[str, Any]:
     the test runs apart (a variant of a ``grid_include`` entry has them too)."""
     values = {}
     for key in {"seed", *axes}:
-        section = "model" if key in record.model else "train"
+        section = "model" if key in type(record.model).model_fields else "train"
         values[f"{section}.{key}"] = record.value(key)
     return dict(sorted(values.items()))

@@ -4,6 +4,7 @@ bootstrap intervals), the per-sentence statistics of every decoding, and each va
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,8 @@ from pipeline.config.params import Config
 from pipeline.evaluate.data import Decoded, Scores, TestSet
 from pipeline.evaluate.decode import write_hypotheses
 from pipeline.evaluate.metrics import Scorer, score_system
-from pipeline.io import atomic_path, write_json
+from pipeline.io import atomic_path
+from pipeline.records.evaluation import VariantMetrics
 from pipeline.study.statistics import sentence_stats
 
 
@@ -39,9 +41,8 @@ def score(config: Config, test: TestSet, decoded: Decoded) -> Scores:
             config.evaluate.bootstrap_samples,
             config.fetch.split.max_train_words,
         )
-        result.update(decoded.results[variant_id].stats)
-        result["beam_size"] = config.evaluate.beam_size
-        metrics[variant_id] = result
+        result.update(decoded.results[variant_id].stats, beam_size=config.evaluate.beam_size)
+        metrics[variant_id] = VariantMetrics.from_json(result, f"metrics of {variant_id}")
     return Scores(decoded.main, metrics, stats)
 
 
@@ -56,5 +57,6 @@ def write_variants(out: Path, decoded: Decoded, scores: Scores) -> None:
         with atomic_path(files.folder / SENTENCE_STATS) as path, open(path, "wb") as handle:
             np.savez_compressed(handle, **{n: s[variant_id] for n, s in scores.stats.items()})
         metrics = scores.metrics[variant_id]
-        write_json(files.metrics, metrics)
-        pd.DataFrame(metrics["by_length"]).to_csv(files.by_length, index=False)
+        metrics.write(files.metrics)
+        by_length = pd.DataFrame([asdict(bucket) for bucket in metrics.by_length])
+        by_length.to_csv(files.by_length, index=False)

@@ -44,16 +44,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import (
-    LEARNING_CURVES,
-    STUDY_TABLE,
-    SWEEP_FILE,
-    SweepRecord,
-    VariantFiles,
-    VariantRecord,
-)
+from pipeline.artifacts import LEARNING_CURVES, STUDY_TABLE, VariantFiles
 from pipeline.config.infra import Infra
-from pipeline.config.params import Config, EvaluateConfig, ModelConfig
+from pipeline.config.params import Config, EvaluateConfig
 from pipeline.data.dataset import TokenizedData
 from pipeline.evaluate.data import (
     Decoded,
@@ -77,6 +70,7 @@ from pipeline.evaluate.tables import (
 from pipeline.evaluate.verdicts import study_findings
 from pipeline.io import atomic_dir, write_text
 from pipeline.models.preflight import check_decoding
+from pipeline.records.sweep import SWEEP_FILE, SweepRecord, VariantRecord
 from pipeline.runtime.cluster import TaskResources, device_for, init_ray, ray_address, run_tasks
 from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.tracking.outbox import send_pending
@@ -194,7 +188,7 @@ def _preflight(
     if ray_address(infra.ray) is not None:
         return  # the workers' hardware is not this machine's: decode tasks report errors
     start = time.perf_counter()
-    models = {i: ModelConfig(**record.model) for i, record in trained.items()}
+    models = {i: record.model for i, record in trained.items()}
     checks = check_decoding(
         models,
         data,

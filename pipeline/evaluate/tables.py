@@ -17,17 +17,16 @@ from pipeline.artifacts import (
     METRICS_FILE,
     PLOTS_FILE,
     VARIANT_PLOTS_FILE,
-    EvaluationSummary,
-    SweepRecord,
     VariantFiles,
-    VariantRecord,
 )
-from pipeline.config.params import Config
+from pipeline.config.grid import COMPARED
+from pipeline.config.params import Config, ModelConfig
 from pipeline.evaluate.data import TestSet
 from pipeline.evaluate.verdicts import StudyFindings
 from pipeline.io import atomic_path, write_json
+from pipeline.records.evaluation import EvaluationSummary, VariantMetrics
+from pipeline.records.sweep import FAILED, FINISHED, SweepRecord, VariantRecord
 from pipeline.study.findings import VERDICTS
-from pipeline.tracking.store import training_summary
 
 CURVE_COLUMNS = ["variant", "scorer", "step", "dev_bleu", "dev_loss"]
 
@@ -74,7 +73,7 @@ def configurations(sweep: SweepRecord, variants) -> dict[str, str]:
     }
 
 
-def length_plot_table(metrics: dict, sweep: SweepRecord) -> pd.DataFrame:
+def length_plot_table(metrics: dict[str, VariantMetrics], sweep: SweepRecord) -> pd.DataFrame:
     """BLEU per length bucket, the mean over seeds of each configuration: one line per
     configuration in ``dvc plots show``, coloured by scorer; with each bucket's test
     sentences, whether its lengths were inside the training lengths, and a 95% interval
@@ -85,15 +84,15 @@ def length_plot_table(metrics: dict, sweep: SweepRecord) -> pd.DataFrame:
         {
             "configuration": names[i],
             "scorer": sweep.variants[i].scorer,
-            "bucket": entry["bucket"],
-            "sentences": entry["sentences"],
-            "training_range": entry["training_range"],
-            "bleu": entry["bleu"],
-            "bleu_low": entry.get("bleu_low", float("nan")),
-            "bleu_high": entry.get("bleu_high", float("nan")),
+            "bucket": entry.bucket,
+            "sentences": entry.sentences,
+            "training_range": entry.training_range,
+            "bleu": entry.bleu,
+            "bleu_low": entry.bleu_low,
+            "bleu_high": entry.bleu_high,
         }
         for i, result in metrics.items()
-        for entry in result["by_length"]
+        for entry in result.by_length
     ]
     keys = ["configuration", "scorer", "bucket", "sentences", "training_range"]
     frame = pd.DataFrame(rows, columns=[*keys, "bleu", "bleu_low", "bleu_high"])
@@ -117,21 +116,21 @@ def study_table(sweep: SweepRecord, summary: EvaluationSummary) -> pd.DataFrame:
     rows = []
     for variant_id, record in sweep.variants.items():
         test = summary.variants.get(variant_id, {})
-        train_metrics, tags = training_summary(record.summary) if record.finished else ({}, {})
+        trained = record.summary if record.finished else None
         rows.append(
             {
                 "variant": variant_id,
-                "status": "finished" if test else "failed",
-                **{k: record.model.get(k) for k in ("scorer", "reverse_source", "hidden_size")},
-                **{k: v for k, v in record.axes.items() if k not in record.model},
+                "status": FINISHED if test else FAILED,
+                **{k: getattr(record.model, k) for k in COMPARED},
+                **{k: v for k, v in record.axes.items() if k not in ModelConfig.model_fields},
                 "bleu": test.get("bleu"),
                 "bleu_low": test.get("bleu_low"),
                 "bleu_high": test.get("bleu_high"),
                 "chrf": test.get("chrf"),
-                "train_precision": record.summary.get("precision"),
+                "train_precision": record.summary and record.summary.precision,
                 "decode_precision": summary.decode_precision.get(variant_id),
-                **train_metrics,
-                **tags,
+                **(trained.mlflow_metrics() if trained else {}),
+                **(trained.mlflow_tags() if trained else {}),
                 "error": record.error or "",
             }
         )
@@ -185,17 +184,17 @@ def headline(table: pd.DataFrame, study: StudyFindings) -> tuple[dict, dict]:
 
 
 def evaluation_summary(
-    metrics: dict, sweep: SweepRecord, test: TestSet, key: str
+    metrics: dict[str, VariantMetrics], sweep: SweepRecord, test: TestSet, key: str
 ) -> EvaluationSummary:
     """``eval/summary.json`` before its headline: each variant's test numbers, the
     variants not evaluated, the signature, the attention examples, the precisions."""
     top = {
         variant_id: {
-            "bleu": result["bleu"],
-            "bleu_low": result["bleu_low"],
-            "bleu_high": result["bleu_high"],
-            "chrf": result["chrf"],
-            **{metric_name(b["bucket"])[5:]: b["bleu"] for b in result["by_length"]},
+            "bleu": result.bleu,
+            "bleu_low": result.bleu_low,
+            "bleu_high": result.bleu_high,
+            "chrf": result.chrf,
+            **{metric_name(b.bucket)[5:]: b.bleu for b in result.by_length},
         }
         for variant_id, result in metrics.items()
     }
@@ -203,14 +202,18 @@ def evaluation_summary(
         eval_key=key,
         variants=top,
         failed_variants=sorted(i for i in sweep.variants if i not in metrics),
-        signature=next(iter(metrics.values()))["signature"],
+        signature=next(iter(metrics.values())).signature,
         attention_examples=test.examples.tolist(),
-        decode_precision={i: r.get("precision") for i, r in sorted(metrics.items())},
+        decode_precision={i: r.precision for i, r in sorted(metrics.items())},
     )
 
 
 def write_dvc_metrics(
-    metrics_dir: Path, top: dict, metrics: dict, sweep: SweepRecord, curves: pd.DataFrame
+    metrics_dir: Path,
+    top: dict,
+    metrics: dict[str, VariantMetrics],
+    sweep: SweepRecord,
+    curves: pd.DataFrame,
 ) -> None:
     """``metrics/``: the headline numbers (``test.json``) and the plots' tables: BLEU by
     length per configuration (seed means), test BLEU per variant, learning curves."""
@@ -218,7 +221,7 @@ def write_dvc_metrics(
     with atomic_path(metrics_dir / PLOTS_FILE) as path:
         length_plot_table(metrics, sweep).to_csv(path, index=False)
     with atomic_path(metrics_dir / VARIANT_PLOTS_FILE) as path:
-        rows = [{"variant": i, "bleu": r["bleu"]} for i, r in metrics.items()]
+        rows = [{"variant": i, "bleu": r.bleu} for i, r in metrics.items()]
         pd.DataFrame(rows, columns=["variant", "bleu"]).to_csv(path, index=False)
     scorer = {i: v.scorer for i, v in sweep.variants.items()}
     if len(curves):

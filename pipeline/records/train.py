@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
-from pipeline.records.base import RecordError, validated
+from pipeline.io import write_json
+from pipeline.records.base import RecordError, read_record, validated
 
 
 @dataclass(frozen=True)
@@ -137,3 +139,11 @@ class Trained:
             raise RecordError(f"{where}: not a training result (no summary)")
         summary = TrainSummary.from_json(data["summary"], where)
         return cls(str(data.get("config_hash", "")), summary)
+
+    @classmethod
+    def read(cls, path: Path) -> Trained:
+        """``path`` (a ``result.json``); :class:`RecordError` where it is absent or bad."""
+        return cls.from_json(read_record(path, "dvc repro train"), str(path))
+
+    def write(self, path: Path) -> None:
+        write_json(path, self.to_json())

@@ -31,6 +31,7 @@ from typing import Any
 
 from pipeline.artifacts import VariantFiles
 from pipeline.io import atomic_dir, write_json
+from pipeline.records.train import Trained
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +76,9 @@ class VariantCache:
     def files(self, config_hash: str) -> VariantFiles:
         return VariantFiles(self.folder / "variants" / config_hash)
 
-    def finished(self, config_hash: str) -> dict[str, Any] | None:
-        """``result.json`` of the cached variant with this hash, if there is one."""
-        return self.files(config_hash).finished(config_hash)
+    def holds(self, config_hash: str) -> bool:
+        """Whether a finished variant of this config hash is cached."""
+        return self.files(config_hash).finished(config_hash) is not None
 
     def store(self, source: Path, config_hash: str) -> None:
         """Keep the finished variant in ``source`` (its :data:`VariantFiles.KEPT` files)
@@ -90,18 +91,18 @@ class VariantCache:
                 manifest=VariantFiles(source).digests(),
             )
         except OSError:
-            if self.finished(config_hash) is None:
+            if not self.holds(config_hash):
                 raise
             # another writer (a queued experiment) stored the same config meanwhile
 
-    def restore(self, config_hash: str, dest: Path) -> dict[str, Any] | None:
+    def restore(self, config_hash: str, dest: Path) -> Trained | None:
         """Copy the cached variant into ``dest``; its result, or ``None`` if not cached.
         An entry whose files fail their recorded sha256 is not cached: it is removed
         (one warning naming it) and the variant retrains."""
-        result = self.finished(config_hash)
+        entry = self.files(config_hash)
+        result = entry.finished(config_hash)
         if result is None:
             return None
-        entry = self.files(config_hash)
         damage = entry.damaged()
         if damage:
             logger.warning(
@@ -155,12 +156,12 @@ def adopt(models_dir: Path, cache: VariantCache) -> list[str]:
     adopted = []
     for result in sorted(models_dir.glob(f"*/{VariantFiles.RESULT}")):
         folder = result.parent
-        try:
-            config_hash = json.loads(result.read_text())["config_hash"]
-        except (OSError, ValueError, KeyError):
+        trained = VariantFiles(folder).trained()
+        if trained is None:
             logger.warning("%s: unreadable, skipped", result)
             continue
-        if cache.finished(config_hash) is None:
+        config_hash = trained.config_hash
+        if not cache.holds(config_hash):
             cache.store(folder, config_hash)
         adopted.append(folder.name)
     return adopted

@@ -7,7 +7,6 @@ import logging
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from ray import tune
 from ray.tune.experiment import Trial
@@ -15,6 +14,7 @@ from ray.tune.stopper import Stopper
 from tqdm import tqdm
 
 from pipeline.artifacts import VariantFiles
+from pipeline.records.train import TrainSummary
 from pipeline.runtime.cluster import WAIT_POLL_S, ClusterError, ResourceWatch, TaskResources
 from pipeline.sweep.cache import VariantCache, checkpoint_uri
 from pipeline.sweep.trial import SETUP_ERROR, TrialSpec
@@ -30,7 +30,7 @@ class OutputsCallback(tune.Callback):
     def __init__(self, specs: dict[str, TrialSpec], models_dir: Path, cache: VariantCache):
         self.specs, self.models_dir, self.cache = specs, models_dir, cache
         self.attempts: dict[str, int] = {}
-        self.finished: dict[str, dict[str, Any]] = {}
+        self.finished: dict[str, TrainSummary] = {}
         self.errors: dict[str, str] = {}
         self.setup_failed: set[str] = set()  # failed before their first step: not retried
 
@@ -71,7 +71,7 @@ class OutputsCallback(tune.Callback):
             self.errors[variant_id] = f"{type(err).__name__}: {err}"
             logger.error("%s: could not collect its outputs: %s", variant_id, err)
             return
-        self.finished[variant_id] = result["summary"]
+        self.finished[variant_id] = result.summary
         self.cache.set_resume(spec.config_hash, variant_id, None)
 
 

@@ -37,18 +37,13 @@ from typing import Any
 
 from ray import tune
 
-from pipeline.artifacts import (
-    FAILED,
-    FINISHED,
-    SWEEP_FILE,
-    SweepRecord,
-    VariantFiles,
-    VariantRecord,
-)
-from pipeline.config.grid import GRID_SETTINGS, expand_grid, select
+from pipeline.artifacts import VariantFiles
+from pipeline.config.grid import expand_grid, select
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config
 from pipeline.data.dataset import TokenizedData
+from pipeline.records.sweep import FAILED, FINISHED, SWEEP_FILE, SweepRecord, VariantRecord
+from pipeline.records.train import TrainSummary
 from pipeline.runtime.cluster import (
     ClusterError,
     TaskResources,
@@ -111,7 +106,7 @@ class VariantOutcome:
         cls,
         spec: TrialSpec,
         source: str | None,
-        summary: dict[str, Any] | None = None,
+        summary: TrainSummary | None = None,
         error: str | None = None,
         attempts: int = 0,
     ) -> VariantOutcome:
@@ -121,9 +116,9 @@ class VariantOutcome:
             FINISHED if source else FAILED,
             spec.config_hash,
             variant.axes,
-            variant.model.model_dump(),
-            variant.train.model_dump(exclude=GRID_SETTINGS),
-            dict(summary or {}),
+            variant.model,
+            variant.train,
+            summary,
             error,
         )
         return cls(record, source, attempts)
@@ -246,7 +241,7 @@ def restore(specs: dict[str, TrialSpec], paths: SweepPaths) -> dict[str, Variant
         if cached is None:
             cached = paths.cache.restore(spec.config_hash, files.folder)
         if cached is not None:
-            outcomes[variant_id] = VariantOutcome.of(spec, "cached", summary=cached["summary"])
+            outcomes[variant_id] = VariantOutcome.of(spec, "cached", summary=cached.summary)
     return outcomes
 
 

@@ -19,25 +19,18 @@ from ray import tune
 
 from pipeline.artifacts import VariantFiles
 from pipeline.data.dataset import TokenizedData
+from pipeline.records.train import EPOCH_METRICS, TrainSummary
 from pipeline.runtime.cluster import root_cause
 from pipeline.sweep.callbacks import OutputsCallback
 from pipeline.tracking.outbox import Outbox
-from pipeline.tracking.store import UNFINISHED, training_summary
+from pipeline.tracking.store import UNFINISHED
 from pipeline.translate.mlflow_model import save_pyfunc
 
 logger = logging.getLogger(__name__)
 
-EPOCH_METRICS = (
-    "train_loss",
-    "dev_loss",
-    "dev_bleu",
-    "tokens_per_s",
-    "learning_rate",
-    "wall_time",
-)
 RESOLVED_TAGS = ("precision", "device", "node_id", "energy_kernel")
-"""Read from a trial's final report: what ``precision: auto`` became, where it ran, and
-which additive-energy implementation trained it (pipeline.kernels.native)."""
+"""Tagged from a finished variant's summary: what ``precision: auto`` became, where it
+ran, and which additive-energy implementation trained it (pipeline.kernels.native)."""
 
 
 def _guarded(method):
@@ -128,13 +121,13 @@ class MlflowCallback(tune.Callback):
             self.outbox.set_tags(ref, {"error": "outputs not collected"})
             self.outbox.finish(ref, "FAILED")
             return
-        self._log_finished(ref, spec, files, result["summary"], trial.last_result or {})
+        self._log_finished(ref, spec, files, result.summary)
         self.outbox.finish(ref, "FINISHED")
 
-    def _log_finished(self, ref: str, spec, files: VariantFiles, summary: dict, final: dict):
-        metrics, tags = training_summary(summary)
-        tags.update({k: str(final[k]) for k in RESOLVED_TAGS if k in final})  # what auto became
-        self.outbox.log_metrics(ref, metrics, step=int(summary.get("steps", 0)))
+    def _log_finished(self, ref: str, spec, files: VariantFiles, summary: TrainSummary):
+        tags = summary.mlflow_tags()
+        tags.update({k: str(getattr(summary, k)) for k in RESOLVED_TAGS})  # what auto became
+        self.outbox.log_metrics(ref, summary.mlflow_metrics(), step=summary.steps)
         self.outbox.set_tags(ref, tags)
         self.outbox.log_dataset(
             ref, "train", self.data_dir, self.data.fingerprint(), context="training"
@@ -156,7 +149,7 @@ class MlflowCallback(tune.Callback):
                 ref,
                 spec.variant.id,
                 model_dir,
-                step=int(summary.get("best_step", 0)),
+                step=summary.best_step,
                 params=spec.variant.flat_params(),
                 tags={"config_hash": spec.config_hash, "variant": spec.variant.id},
             )

@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from ray import tune
 from pipeline.artifacts import VariantFiles
 from pipeline.config.grid import Variant
 from pipeline.data.dataset import TokenizedData
-from pipeline.io import write_json
+from pipeline.records.train import Trained, TrainSummary
 from pipeline.runtime.cluster import (
     TaskResources,
     TasksFailedError,
@@ -131,7 +131,7 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
             checkpoint.to_directory(str(scratch))
             done = files.finished(spec.config_hash)
             if done:  # trained before the driver collected its outputs: report it again
-                report(final_report(done["summary"]), scratch)
+                report(final_report(done.summary), scratch)
                 return
         timeout = spec.trial_timeout_minutes
         steps = _StepCount()
@@ -154,25 +154,22 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
             # before its first step: every retry would fail the same way
             tune.report({FINAL: False, SETUP_ERROR: root_cause(err)})
             return
-        summary = {k: v for k, v in asdict(result).items() if k != "history"}
-        summary.update(device=device, node_id=node_id())
+        summary = replace(result.summary, device=str(device), node_id=node_id())
         try:
             dev_attention_figure(files.checkpoint, data, scratch)
         except Exception as err:  # a figure must never fail a trained variant
             logger.warning("%s: no dev attention figure (%s)", spec.variant.id, err)
-        write_json(files.result, {"config_hash": spec.config_hash, "summary": summary})
+        files.write_result(Trained(spec.config_hash, summary))
         files.last.unlink(missing_ok=True)  # finished: the resume state is not kept
         report(final_report(summary), scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def final_report(summary: dict[str, Any]) -> dict[str, Any]:
-    return {FINAL: True, **{k: v for k, v in summary.items() if _scalar(v)}}
-
-
-def _scalar(value: Any) -> bool:
-    return isinstance(value, int | float | str | bool)
+def final_report(summary: TrainSummary) -> dict[str, Any]:
+    """A trial's last report: :data:`FINAL` and its summary's fields (Tune's results are
+    flat; the driver reads the summary itself from the checkpoint's ``result.json``)."""
+    return {FINAL: True, **summary.to_json()}
 
 
 def _resolve_precision(precision: str, resources: TaskResources) -> str:

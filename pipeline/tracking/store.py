@@ -108,35 +108,6 @@ def dvc_tags() -> dict[str, str]:
     return {tag: os.environ[env] for env, tag in DVC_TAGS.items() if os.environ.get(env)}
 
 
-def still_improving(summary: Mapping[str, Any]) -> bool:
-    """Not plateaued, as the trainer recorded it (``plateaued``: stopped by the plateau
-    rule). Only the plateau shows that the dev metric stopped improving
-    (``train.patience`` evaluations without progress); a variant stopped by a budget
-    (epochs, steps, a callback's) had not shown that, even if its best evaluation was not
-    its last one, so it is flagged: more training might still have helped, and comparing
-    it is less safe."""
-    return not summary.get("plateaued", False)
-
-
-def training_summary(summary: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
-    """A finished variant's summary (``result.json``) as MLflow metrics and tags: what the
-    compare view needs to say which variant is best and whether it converged."""
-    metrics = {
-        "best_dev_bleu": summary.get("best_dev_bleu"),
-        "best_dev_loss": summary.get("best_dev_loss"),
-        "best_epoch": summary.get("best_epoch"),
-        "epochs": summary.get("epochs_run"),
-        "steps": summary.get("steps"),
-        "train_minutes": (summary.get("wall_time_s") or 0) / 60,
-        "train_tokens_per_s": summary.get("tokens_per_s"),
-        "parameter_count": summary.get("parameter_count"),
-        "still_improving": float(still_improving(summary)),
-    }
-    metrics = {k: v for k, v in metrics.items() if v is not None}
-    tags = {"stop_reason": str(summary.get("stop_reason", "unknown"))}
-    return metrics, tags
-
-
 def experiment_key(key: Mapping[str, str]) -> dict[str, str]:
     """``key`` scoped to the DVC experiment this process runs in: each experiment gets
     its own evaluation runs (``dvc exp show`` rows and runs match one to one); outside

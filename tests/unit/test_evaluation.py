@@ -1,9 +1,9 @@
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from pipeline.artifacts import SweepRecord, VariantRecord
 from pipeline.evaluate.data import attention_example_indices
 from pipeline.evaluate.metrics import (
     Buckets,
@@ -13,7 +13,10 @@ from pipeline.evaluate.metrics import (
     score_system,
 )
 from pipeline.evaluate.registry import dev_choice
+from pipeline.records.evaluation import LengthBucket, VariantMetrics
+from pipeline.records.sweep import FAILED, SweepRecord, VariantRecord
 from pipeline.study.statistics import bonferroni, format_p
+from tests.support import variant_record
 
 REFS = [f"the {w} sat on the mat number {i}" for i, w in enumerate(["cat", "dog", "cow"] * 20)]
 HYPS = [r if i % 3 else r.replace("mat", "rug") for i, r in enumerate(REFS)]
@@ -80,7 +83,7 @@ def test_the_dev_choice_is_the_best_dev_bleu_of_the_chosen_scorer_even_at_zero()
     variants = {
         "additive-s1": _record("additive-s1", best_dev_bleu=0.0),
         "additive-s2": _record("additive-s2", best_dev_bleu=float("nan")),
-        "additive-s3": _record("additive-s3", best_dev_bleu=None),
+        "additive-s3": replace(_record("additive-s3"), status=FAILED, summary=None),
         "dot-s1": _record("dot-s1", "dot", best_dev_bleu=5.0),
     }
     assert dev_choice(variants, "additive") == "additive-s1"
@@ -89,9 +92,7 @@ def test_the_dev_choice_is_the_best_dev_bleu_of_the_chosen_scorer_even_at_zero()
 
 
 def _record(variant_id: str, scorer: str = "additive", **summary) -> VariantRecord:
-    return VariantRecord(
-        variant_id, "finished", "hash", {}, {"scorer": scorer}, {"seed": 1}, summary
-    )
+    return variant_record(variant_id, scorer, **summary)
 
 
 def test_bleu_by_length_is_a_seed_mean_with_an_interval_over_seeds(monkeypatch):
@@ -99,23 +100,14 @@ def test_bleu_by_length_is_a_seed_mean_with_an_interval_over_seeds(monkeypatch):
     from pipeline.evaluate import tables
 
     def bucket(bleu, low, high):
-        return {
-            "by_length": [
-                {
-                    "bucket": "1-10",
-                    "sentences": 5,
-                    "training_range": "inside",
-                    "bleu": bleu,
-                    "bleu_low": low,
-                    "bleu_high": high,
-                }
-            ]
-        }
+        by_length = (LengthBucket("1-10", 5, "inside", bleu, low, high),)
+        return VariantMetrics(bleu, low, high, 0.0, 5, "sig", by_length, 0, 1, 5, "cpu", "fp32", 5)
 
     metrics = {"a-s1": bucket(10, 8, 12), "a-s2": bucket(12, 9, 14), "b-s1": bucket(20, 18, 22)}
     names = {"a-s1": "a", "a-s2": "a", "b-s1": "b"}
     monkeypatch.setattr(tables, "configurations", lambda sweep, m: names)
-    sweep = SweepRecord("data", {k: _record(k, k[0]) for k in metrics})
+    scorers = {"a": "additive", "b": "dot"}
+    sweep = SweepRecord("data", {k: _record(k, scorers[k[0]]) for k in metrics})
     table = tables.length_plot_table(metrics, sweep).set_index("configuration")
     half = 12.706 * np.std([10, 12], ddof=1) / np.sqrt(2)  # t(0.975, 1)
     assert table.loc["a", "bleu"] == 11.0 and table.loc["a", "seeds"] == 2

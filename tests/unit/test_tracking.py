@@ -11,7 +11,6 @@ from pipeline.tracking.store import (
     TrackingError,
     experiment_key,
     resolve_uri,
-    still_improving,
 )
 from pipeline.translate import Translator
 from pipeline.translate.mlflow_model import save_pyfunc
@@ -92,20 +91,6 @@ def test_an_unusable_tracking_uri_is_one_line_naming_the_setting(tmp_path):
     message = str(err.value)
     assert message.startswith("tracking.uri 'nosuchscheme://x' (test infra")
     assert "\n" not in message and "unsupported URI" in message
-
-
-@pytest.mark.parametrize(
-    ("summary", "expected"),
-    [
-        ({"stop_reason": "max_epochs", "plateaued": False, "best_epoch": 3}, True),
-        ({"stop_reason": "max_epochs", "plateaued": False, "best_epoch": 2}, True),
-        ({"stop_reason": "early_stopping", "plateaued": True, "best_epoch": 3}, False),
-        ({"stop_reason": "max_steps", "plateaued": False, "best_epoch": 4}, True),
-        ({"stop_reason": "early_stopping"}, True),  # no record of a plateau: not shown
-    ],
-)
-def test_still_improving_is_the_trainers_record_of_no_plateau(summary, expected):
-    assert still_improving(summary) is expected
 
 
 def test_client_sees_what_the_tracker_wrote(tracker, tmp_path):

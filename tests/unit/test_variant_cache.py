@@ -10,7 +10,9 @@ import pytest
 
 from pipeline.artifacts import VariantFiles
 from pipeline.models.checkpoint import load_checkpoint
+from pipeline.records.train import Trained
 from pipeline.sweep.cache import VariantCache
+from tests.support import train_summary
 
 
 def _finished_variant(folder, config_hash="abc"):
@@ -18,7 +20,7 @@ def _finished_variant(folder, config_hash="abc"):
     (folder / VariantFiles.CHECKPOINT).write_bytes(bytes(range(256)) * 64)
     (folder / VariantFiles.HISTORY).write_text("step,dev_loss\n200,4.1\n")
     (folder / VariantFiles.CONFIG).write_text("{}")
-    (folder / VariantFiles.RESULT).write_text(json.dumps({"config_hash": config_hash}))
+    VariantFiles(folder).write_result(Trained(config_hash, train_summary()))
     return folder
 
 
