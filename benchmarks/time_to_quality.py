@@ -42,7 +42,7 @@ from typing import Any
 
 from benchmarks.trials import ROOT, cpu_model, other_load
 from pipeline.io import write_json, write_text
-from pipeline.train.trainer import TrainCallback
+from pipeline.train.callbacks import TrainCallback
 from tools.revisions import worktree
 
 logger = logging.getLogger("benchmarks.time_to_quality")
@@ -65,7 +65,8 @@ def worker(spec: dict[str, Any]) -> None:
     from pipeline.config.grid import Variant, apply_point
     from pipeline.runtime.precision import resolve
     from pipeline.runtime.process import prepare_process
-    from pipeline.train.trainer import OnEvaluation, train_variant
+    from pipeline.train.callbacks import OnEvaluation
+    from pipeline.train.trainer import train_variant
 
     torch.set_num_threads(1)
     prepare_process()
@@ -89,7 +90,8 @@ def worker(spec: dict[str, Any]) -> None:
     callbacks = [OnEvaluation(report), TimeBudget(60 * spec["minutes"])]
     with tempfile.TemporaryDirectory(prefix="ttq-") as folder:
         result = train_variant(variant, ROOT / "data" / "tok", Path(folder), callbacks=callbacks)
-    print(json.dumps({"tokens_per_s": result.tokens_per_s, "steps": result.steps}), flush=True)
+    summary = result.summary
+    print(json.dumps({"tokens_per_s": summary.tokens_per_s, "steps": summary.steps}), flush=True)
 
 
 class TimeBudget(TrainCallback):

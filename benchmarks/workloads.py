@@ -1,7 +1,7 @@
 """What the benchmarks time, in-process: data, models, training steps, decoding, matmul.
 
 ``benchmarks.worker`` runs one of these per subprocess (fresh interpreter, its own thread
-count, its own peak RSS); ``tools.profile_step`` calls them directly.
+count, its own peak RSS); ``benchmarks.profile_step`` calls them directly.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ they run from a checkout, e.g. ``python -m tools.browser reports/index.html``:
   README's "Two commands" table from the results;
 - ``tools.revisions``: two git revisions' train stage side by side (did a change cost
   speed?);
-- ``tools.profile_step``: where a training step's time goes (``torch.profiler``);
 - ``tools.learning_curves`` and ``tools.plateau_calibration``: learning curves without
   early stopping, and the plateau rule replayed on them (the step cap's calibration);
 - ``tools.preset``: writes ``params.yaml`` as the default study with a preset's keys over

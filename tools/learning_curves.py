@@ -38,7 +38,8 @@ def _train(variant, tok_dir: str, out_dir: str, device: str, threads: int) -> tu
     torch.set_num_threads(threads)
     start = time.perf_counter()
     result = train_variant(variant, Path(tok_dir), Path(out_dir), device=device, resume=False)
-    return f"{variant.id}: {result.steps} steps, best dev BLEU {result.best_dev_bleu:.2f}", (
+    summary = result.summary
+    return f"{variant.id}: {summary.steps} steps, best dev BLEU {summary.best_dev_bleu:.2f}", (
         time.perf_counter() - start
     )
 

@@ -4,7 +4,7 @@ what step cap does that call for (docs/budget.md, "Calibration")?
 Reads stacked histories (``eval/learning_curves.csv`` of a study, or the
 ``history.csv`` files under a ``tools.learning_curves`` output folder), feeds each
 variant's dev evaluations in order through the trainer's own rule (torch's
-``ReduceLROnPlateau`` and :class:`pipeline.train.trainer.Plateau`, with ``params.yaml``'s
+``ReduceLROnPlateau`` and :class:`pipeline.train.stopping.Plateau`, with ``params.yaml``'s
 ``train`` settings or ``--set`` overrides), and prints the step at which the rule stops
 it, the median over variants and the cap of ``--cap-factor`` x that median.
 
@@ -28,7 +28,7 @@ import torch
 
 from pipeline.config import load_config
 from pipeline.config.params import TrainConfig
-from pipeline.train.trainer import Plateau, make_scheduler, progress_signal
+from pipeline.train.stopping import Plateau, make_scheduler, progress_signal
 
 
 def load_curves(source: Path) -> pd.DataFrame:

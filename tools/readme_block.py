@@ -18,17 +18,18 @@ import pandas as pd
 
 from pipeline.io import write_text
 from pipeline.report.findings import bleu_ci, ci
+from pipeline.study.record import StudyRecord
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
 def render(root: Path) -> str:
     metrics = json.loads((root / "metrics" / "test.json").read_text())
-    findings = json.loads((root / "reports" / "findings.json").read_text())
+    study = StudyRecord.load(root / "reports" / "findings.json")
     ranking = pd.read_csv(root / "reports" / "ranking.csv")
-    main = findings["main_decoding"]
+    main = study.main_decoding
     lines = [
-        f"**Best scorer: {findings['reference']}** (chosen on dev; test BLEU "
+        f"**Best scorer: {study.reference}** (chosen on dev; test BLEU "
         f"{metrics['best_bleu_inside']:.2f} inside the training lengths, "
         f"{metrics['best_bleu_all']:.2f} on all lengths, mean over seeds).",
         "",
@@ -45,14 +46,12 @@ def render(root: Path) -> str:
         f"| finding | verdict ({main}) | greedy | effect, BLEU [95% CI] | MDE (Holm level) |",
         "|---|---|---|---|---|",
     ]
-    greedy = {f["title"]: f["verdict"] for f in findings["findings"].get("greedy", [])}
-    for f in findings["findings"][main]:
-        part = f["parts"][0] if f["parts"] and f["parts"][0].get("estimate") is not None else None
-        effect = ci(part["estimate"], part["low"], part["high"]) if part else "-"
-        mde = f"{part['mde']:.2f}" if part else "-"
-        lines.append(
-            f"| {f['title']} | {f['verdict']} | {greedy.get(f['title'], '-')} | {effect} | {mde} |"
-        )
+    greedy = study.verdicts("greedy")
+    for f in study.main:
+        e = f.main.estimate if f.main is not None else None
+        effect = ci(e.estimate, e.low, e.high) if e is not None else "-"
+        mde = f"{e.mde:.2f}" if e is not None else "-"
+        lines.append(f"| {f.title} | {f.verdict} | {greedy.get(f.title, '-')} | {effect} | {mde} |")
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ Steps:
    ``{step}.hyps`` file JoeyNMT writes at the end of each validation, minus the stamp.
    ``dev_bleu`` is re-scored here: JoeyNMT's hypotheses (Moses-detokenized by JoeyNMT)
    against the *raw* dev targets with sacreBLEU's default ``BLEU()`` (13a, cased), exactly
-   as ``pipeline.train.trainer.dev_bleu`` does; JoeyNMT's own figure scores against its
+   as ``pipeline.train.dev.dev_bleu`` does; JoeyNMT's own figure scores against its
    tokenize-detokenize round trip of the references, which differs slightly, and is kept
    in the log only. ``target_tokens_per_s`` is the mean of JoeyNMT's "Tokens per Sec" log
    lines since the previous validation (non-pad target tokens incl. </s>, validation time
@@ -292,7 +292,7 @@ def parse_run(model_dir: Path, start: float, references: list[str], minutes: flo
     validations = model_dir / "validations.txt"
     if validations.is_file():
         joey_bleu = {int(s): float(b) for s, b in VALIDATION_LINE.findall(validations.read_text())}
-    scorer = BLEU()  # = pipeline.train.trainer.dev_bleu: 13a, cased, corpus-level
+    scorer = BLEU()  # = pipeline.train.dev.dev_bleu: 13a, cased, corpus-level
     rows, previous = [], 0
     hyp_files = sorted(
         (p for p in model_dir.glob("*.hyps") if p.stem.isdigit()), key=lambda p: int(p.stem)

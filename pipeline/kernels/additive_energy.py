@@ -5,7 +5,7 @@ Written with autograd, ``tanh(q[:, :, None] + k[:, None]) @ v`` stores a (B, T, 
 tensor per batch (100 MB at B=108, T=29, S=31, A=256) and its backward makes five more
 passes over tensors of that size; each pass runs at memory speed, and on CPU every fresh
 multi-MB tensor also costs page faults. That made the additive scorer the slowest part of
-a training step (``python -m tools.profile_step``). Here forward and backward walk
+a training step (``python -m benchmarks.profile_step``). Here forward and backward walk
 blocks of about ``BLOCK_ELEMENTS`` elements through one reused buffer that stays in
 cache, and backward recomputes ``tanh`` instead of storing it (the trick of
 FlashAttention, for the additive score)::

@@ -165,3 +165,18 @@ def test_every_benchmark_and_tool_module_imports(module):
     """A benchmark or tool is not run by the tests, but a moved or renamed name it imports
     fails here rather than on the next user's run."""
     assert importlib.import_module(module).__name__ == module
+
+
+def test_tools_import_nothing_from_benchmarks():
+    """Benchmarks may drive a tool (two revisions side by side); a tool never depends on a
+    benchmark's code: what both need lives in the package."""
+    offenders = []
+    for path in sorted((REPO_ROOT / "tools").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
+    assert not offenders, offenders

@@ -13,9 +13,9 @@ by role:
   weight that happens to have a dimension equal to ``B`` lands here too);
 - ``batched``: ``bmm`` (attention reads and scores).
 
-    python -m tools.profile_step --wiring bahdanau --scorer additive
-    python -m tools.profile_step --batch-tokens 1000 --precision fp32
-    python -m tools.profile_step --wiring luong --shapes aten::fill_ aten::copy_
+    python -m benchmarks.profile_step --wiring bahdanau --scorer additive
+    python -m benchmarks.profile_step --batch-tokens 1000 --precision fp32
+    python -m benchmarks.profile_step --wiring luong --shapes aten::fill_ aten::copy_
 
 The profiler adds overhead to every operator call, most to the many small ones of a
 per-step loop: read the shares, not the milliseconds, and confirm a change with
