@@ -12,10 +12,15 @@ logger = logging.getLogger("stages.evaluate")
 def main(args, config) -> None:
     from pipeline.evaluate.data import EvaluatePaths  # here: `--help` loads no torch or Ray
     from pipeline.evaluate.stage import evaluate
+    from pipeline.runtime.console import library_logs_to_file
 
+    settings = infra(args)
+    run_log = library_logs_to_file(settings.cache_dir / "logs", "evaluate")
+    if run_log is not None:
+        logger.info("Ray, Tune and MLflow log to %s", run_log)
     names = (args.tok, args.raw, args.models, args.out, args.metrics)
     paths = EvaluatePaths(*((REPO_ROOT / p).resolve() for p in names))
-    summary = evaluate(config, infra(args), paths)
+    summary = evaluate(config, settings, paths)
     words, numbers = summary["headline"], summary["numbers"]
     logger.info(
         "evaluated %d variants; best scorer (chosen on dev): %s, test BLEU %s inside the "

@@ -18,9 +18,13 @@ def main(args, config) -> int:
     # imported here, not at the top: `--help` and argument errors answer without loading
     # torch, Ray Tune and MLflow (seconds)
     from pipeline.records.sweep import SWEEP_FILE
+    from pipeline.runtime.console import library_logs_to_file
     from pipeline.sweep.driver import SweepFailedError, SweepPaths, run_sweep
 
     settings = infra(args)
+    run_log = library_logs_to_file(settings.cache_dir / "logs", "train")
+    if run_log is not None:
+        logger.info("Ray, Tune and MLflow log to %s", run_log)
     paths = SweepPaths.under(settings, REPO_ROOT / args.tok, REPO_ROOT / args.out)
     try:
         counts = run_sweep(config, settings, paths, only=args.only)["counts"]

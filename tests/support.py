@@ -272,9 +272,17 @@ def shell(root: Path):
     env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
     env["PYTHONPATH"] = str(root)
 
-    def sh(*command, timeout=900):
+    def sh(*command, timeout=900, merged=False):
+        """``merged``: stderr into stdout, in the order a terminal shows them."""
+        streams = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if merged else {}
         return subprocess.run(
-            command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+            command,
+            cwd=root,
+            env=env,
+            capture_output=not merged,
+            text=True,
+            timeout=timeout,
+            **streams,
         )
 
     return sh

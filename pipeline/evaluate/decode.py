@@ -23,6 +23,7 @@ from pipeline.evaluate.metrics import attention_entropy, monotonicity_gap
 from pipeline.io import atomic_path, write_json, write_text
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.search import batch_sentences, translate
+from pipeline.runtime.console import quiet_worker_loggers
 from pipeline.runtime.devices import TaskResources, claim_device
 from pipeline.runtime.precision import resolve
 from pipeline.runtime.process import prepare_process
@@ -91,6 +92,7 @@ def decode_variant(spec: DecodeSpec, data: TokenizedData) -> DecodeResult:
     """Ray task: decode ``spec.split`` with the variant's best checkpoint. Reads no file:
     the checkpoint and the data arrive as arguments, the results go back to the driver."""
     device = claim_device(spec.resources.gpus, spec.resources.cpus)
+    quiet_worker_loggers()
     prepare_process()  # bf16 decoding (evaluate.precision): one oneDNN primitive per shape
     load_plugins(list(spec.plugins))
     loaded = load_checkpoint(

@@ -26,6 +26,7 @@ import ray
 from tqdm import tqdm
 
 from pipeline.config.infra import RayConfig
+from pipeline.runtime.console import retake_ray_loggers
 from pipeline.runtime.devices import (  # noqa: F401  (re-exported: the cluster's vocabulary)
     ClusterError,
     GpuUnavailableError,
@@ -100,6 +101,7 @@ def init_ray(config: RayConfig) -> None:
         raise ClusterError(
             f"ray.address: could not start or join {where}: {root_cause(err)}"
         ) from None
+    retake_ray_loggers()  # Ray set its loggers up again: into the run log
     _check_resources(config, local=not address)
 
 

@@ -7,6 +7,7 @@ import logging
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ray import tune
 from ray.tune.experiment import Trial
@@ -33,6 +34,7 @@ class OutputsCallback(tune.Callback):
         self.finished: dict[str, TrainSummary] = {}
         self.errors: dict[str, str] = {}
         self.setup_failed: set[str] = set()  # failed before their first step: not retried
+        self.latest: dict[str, Any] = {}  # variant -> its trial's latest Tune checkpoint
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result.get(SETUP_ERROR):
@@ -47,6 +49,13 @@ class OutputsCallback(tune.Callback):
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         spec = self.specs[trial.config["variant"]]
         self.cache.set_resume(spec.config_hash, spec.variant.id, checkpoint_uri(checkpoint))
+        previous = self.latest.get(spec.variant.id)
+        self.latest[spec.variant.id] = checkpoint
+        if previous is not None and previous.path != checkpoint.path:
+            try:  # the resume record names the new one: the old one is never read again
+                previous.filesystem.delete_dir(previous.path)
+            except OSError as err:
+                logger.debug("%s: previous checkpoint not deleted (%s)", spec.variant.id, err)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.collect(trial.config["variant"], trial.checkpoint)

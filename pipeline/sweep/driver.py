@@ -145,11 +145,6 @@ def _tune(
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, specs=todo, data=data), resources.tune_resources()
     )
-    reporter = tune.CLIReporter(
-        metric_columns=["epoch", "train_loss", "dev_loss", "dev_bleu", "tokens_per_s"],
-        parameter_columns=["variant"],
-        max_report_frequency=30,
-    )
     tuner = tune.Tuner(
         trainable,
         param_space={"variant": tune.grid_search(sorted(todo))},
@@ -159,10 +154,12 @@ def _tune(
             storage_path=paths.storage,
             failure_config=tune.FailureConfig(max_failures=ray_cfg.max_failures),
             stop=stopper,
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),  # the latest holds all
+            # every checkpoint kept by Tune; OutputsCallback deletes a trial's previous one
+            # once the next is recorded (num_to_keep would force an experiment snapshot
+            # at every checkpoint: resume needs only the trial's latest checkpoint)
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
             callbacks=callbacks,
-            progress_reporter=reporter,
-            verbose=1,
+            verbose=0,  # the study's bar and lines; Tune's tables go nowhere
         ),
     )
     return tuner.fit()

@@ -35,6 +35,7 @@ from pipeline.runtime.cluster import (
     root_cause,
     run_tasks,
 )
+from pipeline.runtime.console import quiet_worker_loggers
 from pipeline.runtime.precision import resolve
 from pipeline.runtime.process import prepare_process
 from pipeline.scorers.plugins import PluginSource, load_plugins
@@ -120,6 +121,7 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
     spec = specs[tune_config["variant"]]
     device = claim_device(spec.resources.gpus, spec.resources.cpus)
     prepare_process()
+    quiet_worker_loggers()
     load_plugins(list(spec.plugins))
     scratch = Path(tempfile.mkdtemp(prefix=f"{spec.variant.id}-"))
     files = VariantFiles(scratch)

@@ -72,10 +72,16 @@ def study(tmp_path_factory):
     infra = tiny_infra(root)
     infra["ray"]["storage_path"] = None  # the default, .ray_results in the project root
     sh = dvc_repo(root, params, infra)
-    result = sh(sys.executable, "-m", "dvc", "repro")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    result = sh(sys.executable, "-m", "dvc", "repro", merged=True)
+    assert result.returncode == 0, result.stdout[-4000:]
+    console(root).write_text(result.stdout)  # what the user's terminal showed
     commit_all(sh, "study")
     return root, sh
+
+
+def console(root: Path) -> Path:
+    """Where the :func:`study` fixture keeps its ``dvc repro``'s terminal output."""
+    return root.with_name(f"{root.name}-console.txt")
 
 
 @pytest.fixture

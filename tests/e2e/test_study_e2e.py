@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -574,3 +575,23 @@ def test_dvc_exp_run_in_the_workspace(study_copy):
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "Running stage 'train'" not in result.stdout
     _check_experiment_runs(root, sh, "beam4", 4)
+
+
+def test_the_train_stage_prints_the_studys_lines_and_rays_go_to_the_run_log(study):
+    """The terminal of `dvc repro`'s train stage: the study's lines and bar, at most 60
+    lines, none of Ray Tune's tables, checkpoint lines or snapshot warnings; those are
+    in the run log whose path the stage prints once."""
+    from tests.e2e.conftest import console
+
+    text = console(study[0]).read_text()
+    train = text.split("Running stage 'train'", 1)[1].split("Running stage", 1)[0]
+    lines = train.split("\n")  # what a terminal scrolls; the bar redraws with \r in place
+    assert len(lines) <= 60, train[-3000:]
+    for noise in ("│", "Trial status", "Checkpoint successfully created", "snapshotting"):
+        assert noise not in train, noise
+    named = re.findall(r"Ray, Tune and MLflow log to (\S+\.log)", train)
+    assert len(named) == 1, train[-3000:]
+    run_log = Path(named[0]).read_text()
+    library = [m for m in ("Token authentication", "MLflow database tables") if m in run_log]
+    assert library and not any(m in train for m in library), library  # the file's, not ours
+    assert "sweep done" in train  # the stage's summary
