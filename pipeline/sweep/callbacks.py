@@ -26,10 +26,18 @@ logger = logging.getLogger(__name__)
 class OutputsCallback(tune.Callback):
     """Driver side: records each trial's latest checkpoint (for resuming a killed sweep)
     and turns a completed trial's last checkpoint into ``models/<id>/`` (through the
-    variant cache)."""
+    variant cache), with the subword models ``tokenizers`` beside it: a folder translates
+    as soon as its variant finished, while the others still train."""
 
-    def __init__(self, specs: dict[str, TrialSpec], models_dir: Path, cache: VariantCache):
+    def __init__(
+        self,
+        specs: dict[str, TrialSpec],
+        models_dir: Path,
+        cache: VariantCache,
+        tokenizers: dict[str, bytes],
+    ):
         self.specs, self.models_dir, self.cache = specs, models_dir, cache
+        self.tokenizers = tokenizers
         self.attempts: dict[str, int] = {}
         self.finished: dict[str, TrainSummary] = {}
         self.errors: dict[str, str] = {}
@@ -76,6 +84,7 @@ class OutputsCallback(tune.Callback):
                     raise ClusterError(f"its checkpoint holds no {files.RESULT} of this config")
                 self.cache.store(Path(tmp), spec.config_hash)
             result = self.cache.restore(spec.config_hash, self.models_dir / variant_id)
+            VariantFiles(self.models_dir / variant_id).add_tokenizers(self.tokenizers)
         except (OSError, ValueError, ClusterError) as err:
             self.errors[variant_id] = f"{type(err).__name__}: {err}"
             logger.error("%s: could not collect its outputs: %s", variant_id, err)

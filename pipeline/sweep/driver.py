@@ -280,7 +280,7 @@ class Training:
         self.outbox = Outbox(Tracker(infra), infra.cache_dir)  # an unusable store fails here
         _parent_run(self.outbox, self.grid, infra, self.data.fingerprint(), self.specs)
         todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
-        outputs = OutputsCallback(todo, paths.models_dir, paths.cache)
+        outputs = OutputsCallback(todo, paths.models_dir, paths.cache, tokenizers(self.data))
         self.tracking = MlflowCallback(self.outbox, SWEEP_REF, outputs, self.data, paths.tok_dir)
         pending = PendingWatch(resources, infra.ray.pending_timeout_minutes)
         callbacks = [outputs, self.tracking, StudyProgress(len(todo)), pending]
@@ -330,6 +330,12 @@ def _send_earlier_records(infra: Infra) -> None:
         logger.warning("tracking records of earlier runs not sent yet: %s", err)
 
 
+def tokenizers(data: TokenizedData) -> dict[str, bytes]:
+    """The subword models a variant folder holds beside its checkpoint (``src.model``,
+    ``tgt.model``), from the tokenized data it trained on."""
+    return {name: data.files[name] for name in VariantFiles.TOKENIZERS}
+
+
 def record(
     paths: SweepPaths,
     data: TokenizedData,
@@ -338,10 +344,9 @@ def record(
 ) -> SweepRecord:
     """``models/``: the subword models beside each finished variant (a finished folder
     translates alone) and ``sweep.json``, identical on a rerun that trains nothing."""
-    tokenizers = {name: data.files[name] for name in VariantFiles.TOKENIZERS}
     for variant_id, outcome in outcomes.items():
-        if outcome.record.finished:
-            VariantFiles(paths.models_dir / variant_id).add_tokenizers(tokenizers)
+        if outcome.record.finished:  # trained now: already there; taken from the cache: now
+            VariantFiles(paths.models_dir / variant_id).add_tokenizers(tokenizers(data))
     sweep = SweepRecord(data.fingerprint(), {i: outcomes[i].record for i in specs})
     sweep.write(paths.models_dir)
     return sweep

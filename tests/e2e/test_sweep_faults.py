@@ -3,6 +3,8 @@ a sweep interrupted and killed, a diverging trial, an error before the first ste
 damaged cache entry, a summary that cannot be written."""
 
 import json
+import subprocess
+import sys
 
 import torch
 import yaml
@@ -53,6 +55,15 @@ def test_a_sweep_interrupted_then_killed_resumes_from_tune_checkpoints_each_time
     ]
     first = finished[0]
     kept = {folder: _checkpoint_state(folder) for folder in finished}
+    for folder in finished:  # a finished variant's folder translates at once, no --tok
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.translate", str(folder), "--greedy"],
+            input="a b c\n",
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0 and done.stdout.strip(), done.stderr[-2000:]
 
     later, killed = kill_train_when_resumable(params, root)
     assert later and killed, "no second finished + checkpointed pair before the deadline"
