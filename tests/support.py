@@ -212,7 +212,6 @@ def tiny_params(root: Path, **train) -> dict:
             "dev_bleu_sentences": 10,
             **PLAIN_TRAINING,
             "grid": grid,
-            "grid_include": [],
             **train,
         },
         "evaluate": {"beam_size": 2, "bootstrap_samples": 50, "attention_examples": 3},

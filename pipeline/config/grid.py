@@ -36,7 +36,7 @@ COMPARED = ("scorer", "reverse_source", "hidden_size")
 """The grid axes the findings compare (with the seed): twins share every other setting.
 The one place they are spelled."""
 _ID_AXES = (*COMPARED, "seed")
-GRID_SETTINGS = {"grid", "grid_include", "only", "allow_partial"}
+GRID_SETTINGS = {"grid", "only", "allow_partial"}
 """``train`` keys that shape the sweep rather than a variant (not part of its config)."""
 _GRID_EXCLUDED = GRID_SETTINGS
 _SHORT = {"learning_rate": "lr", "embedding_size": "e", "batch_tokens": "bt"}
@@ -130,8 +130,8 @@ def variant_id(model: ModelConfig, train: TrainConfig, axes: dict[str, Any]) -> 
 
 def validate_grid(config: Config) -> None:
     """Check every axis name and value; raise ConfigError naming ``train.grid.<axis>[i]``."""
-    grids = [("train.grid", config.train.grid)]
-    grids += [(f"train.grid_include[{i}]", g) for i, g in enumerate(config.train.grid_include)]
+    grids = [("train.grid", axes_of(config.train.grid))]
+    grids += [(f"train.grid.include[{i}]", g) for i, g in enumerate(includes_of(config.train.grid))]
     for where, grid in grids:
         _validate_axes(config, where, grid)
     ids = [v.id for v in expand_grid(config)]
@@ -143,12 +143,26 @@ def validate_grid(config: Config) -> None:
         raise ConfigError(f"train.only: not in the grid: {', '.join(unknown)}")
 
 
+INCLUDE = "include"
+"""The key of ``train.grid`` that lists extra grid points (not an axis)."""
+
+
+def axes_of(grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """``train.grid``'s axes (without its ``include``)."""
+    return {axis: values for axis, values in grid.items() if axis != INCLUDE}
+
+
+def includes_of(grid: dict[str, list[Any]]) -> list[dict[str, list[Any]]]:
+    """``train.grid.include``: the small grids whose points are added."""
+    return list(grid.get(INCLUDE, []))
+
+
 def expand_grid(config: Config) -> list[Variant]:
     """All grid points in a stable order (axes in params order, values in list order),
-    then the points of each ``train.grid_include`` entry not already in the grid."""
-    variants = _points(config, config.train.grid)
+    then the points of each ``train.grid.include`` entry not already in the grid."""
+    variants = _points(config, axes_of(config.train.grid))
     seen = {v.id for v in variants}
-    for grid in config.train.grid_include:
+    for grid in includes_of(config.train.grid):
         for variant in _points(config, grid):
             if variant.id not in seen:
                 variants.append(variant)

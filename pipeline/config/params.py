@@ -296,25 +296,37 @@ class TrainConfig(Section):
             "reverse_source": [False],
             "hidden_size": [256],
             "seed": [1, 2, 3, 4, 5],
+            "include": [
+                {"scorer": ["none", "additive"], "reverse_source": [False], "seed": [6]},
+                {"scorer": ["none", "additive"], "reverse_source": [True], "seed": [1, 2, 3, 4, 5]},
+                {"scorer": ["additive"], "hidden_size": [128], "seed": [1, 2, 3, 4, 5]},
+                {
+                    "scorer": ["dot", "scaled_dot", "location"],
+                    "reverse_source": [False],
+                    "seed": [1],
+                },
+            ],
         }
     )
     """Sweep axes: a ``model`` or ``train`` field name -> list of values. The grid is
-    their Cartesian product; each point becomes one variant. A params file that gives
-    ``grid`` gives the whole of it (its axes are not merged with these)."""
-    grid_include: list[dict[str, list[Any]]] = Field(
-        default_factory=lambda: [
-            {"scorer": ["none", "additive"], "reverse_source": [False], "seed": [6]},
-            {"scorer": ["none", "additive"], "reverse_source": [True], "seed": [1, 2, 3, 4, 5]},
-            {"scorer": ["additive"], "hidden_size": [128], "seed": [1, 2, 3, 4, 5]},
-            {"scorer": ["dot", "scaled_dot", "location"], "reverse_source": [False], "seed": [1]},
-        ]
-    )
-    """More grid points, as GitHub Actions' ``matrix.include``: each entry is a small grid
-    (axis -> values) whose points are added to the main grid; axes an entry leaves out
-    take the ``model``/``train`` defaults. A point already in the grid is not added twice.
-    The default study's: a sixth seed of none and additive (the length test), five seeds
-    of the reversed source and of additive at hidden 128 (the findings that rest on them),
-    and one seed of the other scorers (exploratory; docs/budget.md)."""
+    their Cartesian product; each point becomes one variant. ``include`` (a list, as GitHub
+    Actions' ``matrix.include``) adds more points: each entry is a small grid (axis ->
+    values) whose points are added; axes an entry leaves out take the ``model``/``train``
+    defaults, and a point already in the grid is not added twice. A params file that
+    gives ``grid`` gives the whole of it, its ``include`` too (nothing is merged with
+    these). The default study's extra points: a sixth seed of none and additive (the
+    length test), five seeds of the reversed source and of additive at hidden 128 (the
+    findings that rest on them), and one seed of the other scorers (exploratory;
+    docs/budget.md)."""
+
+    @field_validator("grid")
+    @classmethod
+    def _include_is_a_list_of_grids(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for index, entry in enumerate(grid.get("include", [])):
+            if not isinstance(entry, dict) or not all(isinstance(v, list) for v in entry.values()):
+                raise ValueError(f"include[{index}]: must map axes to lists of values")
+        return grid
+
     allow_partial: bool = False
     """Finish with exit 0 even if some variants failed (they are still reported)."""
     only: list[str] = Field(default_factory=list)
@@ -450,6 +462,12 @@ def build(
 def _refuse_moved_keys(path: Path, data: dict[str, Any]) -> None:
     """Infrastructure settings left in a params file from before they moved to infra.yaml,
     and the wall-clock budget that steps replaced."""
+    if isinstance(data.get("train"), dict) and "grid_include" in data["train"]:
+        raise ConfigError(
+            f"{path}: train.grid_include: moved into the grid as train.grid.include (extra "
+            "points live with the grid, as GitHub Actions' matrix.include: a params file "
+            "that replaces train.grid replaces them too)"
+        )
     if isinstance(data.get("train"), dict) and "time_budget_minutes" in data["train"]:
         raise ConfigError(
             f"{path}: train.time_budget_minutes: wall-clock budgets are gone (results must not "

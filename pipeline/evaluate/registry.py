@@ -164,7 +164,7 @@ def variant_model(tracker: Tracker, record: VariantRecord, folder: Path, run_id:
 def variant_params(record: VariantRecord, axes: list[str]) -> dict[str, Any]:
     """A variant's values of the study's grid ``axes`` and its seed, under the names its
     training run logs them with (``model.scorer``, ``train.seed``): the columns that tell
-    the test runs apart (a variant of a ``grid_include`` entry has them too)."""
+    the test runs apart (a variant of a ``train.grid.include`` entry has them too)."""
     values = {}
     for key in {"seed", *axes}:
         section = "model" if key in type(record.model).model_fields else "train"

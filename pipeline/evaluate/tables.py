@@ -63,7 +63,7 @@ def learning_curves(models_dir: Path, variants) -> pd.DataFrame:
 def configurations(sweep: SweepRecord, variants) -> dict[str, str]:
     """Each variant's configuration: its values of the grid axes that vary, but the seed
     (``additive``, ``additive, reverse_source=True``); a variant without an axis (a
-    ``grid_include`` entry) takes its config's value."""
+    ``train.grid.include`` entry) takes its config's value."""
     records = {i: sweep.variants[i] for i in variants}
     keys = sorted({k for v in records.values() for k in v.axes} - {"scorer", "seed"})
     varying = [k for k in keys if len({str(v.value(k)) for v in records.values()}) > 1]

@@ -57,7 +57,7 @@ def study(tmp_path_factory):
     params["fetch"]["path"] = "corpus.tsv"
     # a scorer of the project's own (scorers/cosine.py), and a comparison declared in params
     params = {"plugins": ["scorers/cosine.py"], **params}
-    params["train"]["grid_include"] = [
+    params["train"]["grid"]["include"] = [
         {"scorer": ["cosine"], "learning_rate": [0.01]},
         {"scorer": ["additive"], "reverse_source": [False], "learning_rate": [1e36]},
     ]

@@ -3,7 +3,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipeline.config import grid, load_config
-from pipeline.config.grid import expand_grid, select
+from pipeline.config.grid import axes_of, expand_grid, select
 from pipeline.config.infra import InfraFile, load_infra
 from pipeline.config.params import Config, ConfigError, build, read_params
 from pipeline.tracking.store import resolve_uri
@@ -47,7 +47,7 @@ def test_a_key_left_out_takes_the_default_studys_value(tmp_path):
     config = load_config(params)
     assert config.train.max_steps == 500
     assert config.model_copy(update={"train": Config().train}).model_dump() == Config().model_dump()
-    assert config.train.grid_include == Config().train.grid_include  # not emptied
+    assert config.train.grid["include"] == Config().train.grid["include"]  # not emptied
 
 
 @pytest.mark.parametrize("name", ["quick.yaml", "gpu-cluster.yaml", "gpu-cluster-infra.yaml"])
@@ -73,7 +73,7 @@ def test_repo_params_load_and_expand():
     assert isinstance(config, Config)
     ids = [v.id for v in expand_grid(config)]
     expected = 1
-    for values in config.train.grid.values():
+    for values in axes_of(config.train.grid).values():
         expected *= len(values)
     assert len(ids) >= expected and len(ids) == len(set(ids))
 
@@ -97,11 +97,21 @@ def test_repo_params_load_and_expand():
         ({"train": {"grid": {"scorer": []}}}, "train.grid.scorer: must be a non-empty list"),
         ({"train": {"only": ["nope-fwd-h1-s1"]}}, "train.only: not in the grid"),
         (
-            {"train": {"grid_include": [{"seed": [1, "two"]}]}},
-            "train.grid_include[0].seed[1]: Input should be a valid integer",
+            {"train": {"grid": {"scorer": ["none"], "include": [{"seed": [1, "two"]}]}}},
+            "train.grid.include[0].seed[1]: Input should be a valid integer",
         ),
-        ({"train": {"grid_include": [{"colour": [1]}]}}, "train.grid_include[0].colour: unknown"),
-        ({"train": {"grid_include": [{}]}}, "train.grid_include[0]: must name at least one axis"),
+        (
+            {"train": {"grid": {"scorer": ["none"], "include": [{"colour": [1]}]}}},
+            "train.grid.include[0].colour: unknown",
+        ),
+        (
+            {"train": {"grid": {"scorer": ["none"], "include": [{}]}}},
+            "train.grid.include[0]: must name at least one axis",
+        ),
+        (
+            {"train": {"grid": {"scorer": ["none"], "include": [{"seed": 3}]}}},
+            "train.grid: include[0]: must map axes to lists of values",
+        ),
         ({"model": {"baseline": "sutskever"}}, "model.baseline: Input should be 'rnnencdec'"),
         ({"fetch": {"sha256": "abc"}}, "fetch.sha256: must be 64 hex digits"),
     ],
@@ -139,7 +149,6 @@ def test_grid_extra_axis_in_variant_id_and_select(tmp_path):
                 "seed": [3],
                 "learning_rate": [0.001, 0.01],
             },
-            "grid_include": [],
         }
     }
     config = load_config(write_params(tmp_path / "p.yaml", params))
@@ -175,11 +184,15 @@ def test_grid_include_adds_points_once_with_defaults_for_other_axes(tmp_path):
     params = {
         "model": {"hidden_size": 32},
         "train": {
-            "grid": {"scorer": ["none", "dot"], "reverse_source": [False, True], "seed": [1]},
-            "grid_include": [
-                {"scorer": ["none", "dot"], "seed": [2]},
-                {"scorer": ["none"], "reverse_source": [True], "seed": [1, 2]},
-            ],
+            "grid": {
+                "scorer": ["none", "dot"],
+                "reverse_source": [False, True],
+                "seed": [1],
+                "include": [
+                    {"scorer": ["none", "dot"], "seed": [2]},
+                    {"scorer": ["none"], "reverse_source": [True], "seed": [1, 2]},
+                ],
+            },
         },
     }
     config = load_config(write_params(tmp_path / "p.yaml", params))
@@ -258,3 +271,20 @@ def test_infra_file_env_overrides_and_project_root(tmp_path, monkeypatch):
         load_infra(params)
     with pytest.raises(ConfigError, match="nowhere.yaml: infra file not found"):
         load_infra(params, tmp_path / "nowhere.yaml")
+
+
+def test_the_old_grid_include_key_says_where_it_went(tmp_path):
+    path = write_params(tmp_path / "params.yaml", {"train": {"grid_include": [{"seed": [6]}]}})
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: train.grid_include: moved into the grid as ")
+    assert "train.grid.include" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_params_file_that_gives_the_grid_replaces_its_extra_points_too(tmp_path):
+    """Two scorers in train.grid are two variants, not two plus the default study's extra
+    points: the grid's include lives in the grid."""
+    params = {"train": {"grid": {"scorer": ["none", "additive"], "seed": [1]}}}
+    config = load_config(write_params(tmp_path / "p.yaml", params))
+    assert [v.id for v in expand_grid(config)] == ["none-fwd-h256-s1", "additive-fwd-h256-s1"]
+    assert len(expand_grid(Config())) > 15 + 2  # the default's grid has extra points

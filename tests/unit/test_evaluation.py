@@ -79,7 +79,7 @@ def test_attention_examples_are_seeded_and_spread_over_buckets():
 
 def test_the_dev_choice_is_the_best_dev_bleu_of_the_chosen_scorer_even_at_zero():
     """The variant registered as dev-best: the chosen scorer's own variants only (a
-    grid_include variant has no scorer axis), finite dev BLEU only, 0.0 included."""
+    train.grid.include variant has no scorer axis), finite dev BLEU only, 0.0 included."""
     variants = {
         "additive-s1": _record("additive-s1", best_dev_bleu=0.0),
         "additive-s2": _record("additive-s2", best_dev_bleu=float("nan")),
