@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import socket
+import textwrap
 import threading
 import time
 import urllib.request
@@ -484,8 +485,12 @@ def _short(err: Exception) -> str:
     cause = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
     if cause:
         return cause.group(1).strip()
+    status = re.search(r"(?:error code|status code|too many) (\d{3})", text)
+    if status:
+        return f"HTTP {status.group(1)}"
     lines = text.strip().splitlines()
-    return (lines[0] if lines else type(err).__name__)[:160]
+    first = lines[0] if lines else type(err).__name__
+    return textwrap.shorten(first, width=160, placeholder=" ...")  # whole words
 
 
 def pending_journals(cache_dir: Path) -> bool:

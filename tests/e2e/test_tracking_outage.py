@@ -129,6 +129,11 @@ def test_an_mlflow_server_outage_never_stalls_training_and_loses_nothing(tmp_pat
         assert train.wait(timeout=900) == 0, log.read_text()[-3000:]
         text = log.read_text()
         assert text.count("is unreachable") == 1 and text.count("is back after") == 1, text
+        # one whole line when it goes, one when it comes back; the HTTP client's retries
+        # are in the run log, not on the terminal
+        outage = [line for line in text.splitlines() if "MLflow at" in line]
+        assert len(outage) == 2 and "training goes on" in outage[0], outage
+        assert "Retrying" not in text and "urllib3" not in text, text[-3000:]
         assert last_sweep(root)["tracking_records_kept"] == 0
         assert not pending_journals(root / ".study_cache")
         first = sorted(last_sweep(root)["variants"])

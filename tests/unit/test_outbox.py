@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from pipeline.config.infra import InfraFile, TrackingConfig, resolve
-from pipeline.tracking.outbox import Outbox, pending_journals, writer_alive
+from pipeline.tracking.outbox import Outbox, _short, pending_journals, writer_alive
 from pipeline.tracking.store import UNFINISHED, WRITER_TAG, Tracker
 from pipeline.translate.mlflow_model import save_pyfunc
 
@@ -184,3 +184,30 @@ def test_an_abort_that_cannot_end_the_run_logs_and_leaves_the_first_error(
             raise
     assert "could not be ended as FAILED" in caplog.text
     assert "No space left on device" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            "API request to http://127.0.0.1:5/api/2.0/mlflow/runs/log-batch failed with "
+            "exception HTTPConnectionPool(host='127.0.0.1', port=5): Max retries exceeded with "
+            "url: /api (Caused by NewConnectionError('...: [Errno 111] Connection refused'))",
+            "Connection refused",
+        ),
+        (
+            "API request to endpoint /api/2.0/mlflow/runs/log-batch failed with error code 503 "
+            "!= 200. Response body: 'Service Unavailable'",
+            "HTTP 503",
+        ),
+    ],
+)
+def test_an_outage_is_named_by_its_cause(message, expected):
+    assert _short(RuntimeError(message)) == expected
+
+
+def test_an_unknown_cause_is_cut_at_a_word_not_mid_word():
+    words = "Max retries exceeded with url " * 20
+    short = _short(RuntimeError(words))
+    assert len(short) <= 160 and short.endswith(" ...")
+    assert short[: -len(" ...")].split()[-1] in words.split()
