@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -95,7 +96,15 @@ def init_ray(config: RayConfig) -> None:
             logger.info("joining the Ray cluster at %s", address)
             ray.init(address=address, **common)
         else:
-            ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **common)
+            private_token_file()
+            ray.init(
+                address="local",
+                num_cpus=os.cpu_count(),
+                include_dashboard=False,
+                _node_ip_address=LOOPBACK,  # what the private Ray advertises (docs/cluster.md)
+                **common,
+            )
+            private_token_file()
     except (ray.exceptions.RayError, ConnectionError, RuntimeError, ValueError) as err:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise ClusterError(
@@ -103,6 +112,30 @@ def init_ray(config: RayConfig) -> None:
         ) from None
     retake_ray_loggers()  # Ray set its loggers up again: into the run log
     _check_resources(config, local=not address)
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def private_token_file(path: Path | None = None) -> Path:
+    """Ray's token file (``~/.ray/auth_token``, which a local ``ray.init`` creates
+    world-readable) readable by its owner only: created here with mode 0600 when absent,
+    its mode narrowed when present. A token readable by other users of the machine lets
+    them run code in the study's Ray. The token is Ray's kind: 256 random bits, hex."""
+    path = path or Path.home() / ".ray" / "auth_token"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(secrets.token_hex(32))
+        elif path.stat().st_mode & 0o077:
+            path.chmod(0o600)
+    except FileExistsError:
+        pass  # another study created it at the same moment (with mode 0600)
+    except OSError as err:
+        logger.warning("%s: cannot make it private (%s)", path, err)
+    return path
 
 
 def _check_resources(config: RayConfig, local: bool) -> None:

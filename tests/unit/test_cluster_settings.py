@@ -85,3 +85,15 @@ def test_tokenized_data_pickles_as_its_files(tiny_tok_dir):
     assert copy.fingerprint() == data.fingerprint()
     assert copy.split("dev").src_ids.tolist() == data.split("dev").src_ids.tolist()
     assert copy.tgt_tokenizer.sha256 == data.tgt_tokenizer.sha256
+
+
+def test_rays_token_file_is_made_private_to_its_owner(tmp_path):
+    from pipeline.runtime.cluster import private_token_file
+
+    fresh = private_token_file(tmp_path / "a" / "auth_token")
+    assert fresh.stat().st_mode & 0o777 == 0o600 and len(fresh.read_text()) == 64
+    shared = tmp_path / "b_token"
+    shared.write_text("x" * 64)
+    shared.chmod(0o644)
+    private_token_file(shared)
+    assert shared.stat().st_mode & 0o777 == 0o600 and shared.read_text() == "x" * 64
