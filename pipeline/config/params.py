@@ -487,8 +487,9 @@ def _refuse_moved_keys(path: Path, data: dict[str, Any]) -> None:
 def read_params(path: str | Path = "params.yaml", root: str | Path | None = None) -> Config:
     """Load and validate ``params.yaml`` section by section: a section or key it leaves out
     takes the default study's value. ``plugins`` paths are relative to ``root`` (default:
-    the file's folder). No side effect: the plugins are read and run aside for their
-    scorer names, not loaded (:attr:`Config.plugin_sources`);
+    the file's folder), and must lie inside it (:func:`~pipeline.scorers.plugins.read_plugins`).
+    The plugins are code: they are run, aside, to learn their scorer names (not loaded
+    into the catalogue; :attr:`Config.plugin_sources`);
     :func:`pipeline.config.load_config` also checks the grid."""
     path = Path(path)
     try:

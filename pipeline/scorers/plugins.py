@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import importlib.util
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -133,13 +134,27 @@ def _file_digest(path: str) -> str:
         return ""
 
 
+ANYWHERE_ENV = "STUDY_PLUGINS_ANYWHERE"
+"""Set to 1 to allow plugin files outside the project folder (the params file's)."""
+
+
 def read_plugins(paths: list[str], root: Path, key: str = "plugins") -> list[PluginSource]:
-    """The files named in params (relative to ``root``, the params file's folder)."""
+    """The files named in params (relative to ``root``, the params file's folder). A
+    plugin runs as code on every stage that reads the params, like a ``dvc.yaml``
+    command, and a value given with ``dvc exp run -S`` can name one: so a file outside
+    ``root`` is refused unless :data:`ANYWHERE_ENV` is 1."""
     sources = []
+    anywhere = os.environ.get(ANYWHERE_ENV) == "1"
     for index, path in enumerate(paths):
         file = root / path
         if file.suffix != ".py":
             raise PluginError(f"{key}[{index}]: {path}: a plugin is a Python file (.py)")
+        if not anywhere and not file.resolve().is_relative_to(root.resolve()):
+            raise PluginError(
+                f"{key}[{index}]: {path}: outside the project folder {root}; a plugin runs "
+                f"as code on every dvc repro, so it must lie inside (set {ANYWHERE_ENV}=1 "
+                "to allow files elsewhere)"
+            )
         try:
             sources.append(PluginSource(path, file.read_text(encoding="utf-8")))
         except FileNotFoundError:

@@ -127,3 +127,20 @@ def test_params_errors_name_the_key_and_the_file(tmp_path):
         load_config(unknown)
     with pytest.raises(PluginError, match=r"plugins\[0\]: x.txt: a plugin is a Python file"):
         read_plugins(["x.txt"], tmp_path)
+
+
+def test_a_plugin_outside_the_project_folder_is_refused_unless_allowed(tmp_path, monkeypatch):
+    from pipeline.scorers.plugins import ANYWHERE_ENV, PluginError, read_plugins
+
+    project, outside = tmp_path / "project", tmp_path / "evil.py"
+    project.mkdir()
+    outside.write_text("raise SystemExit('ran')\n")
+    monkeypatch.delenv(ANYWHERE_ENV, raising=False)
+    with pytest.raises(PluginError) as err:
+        read_plugins(["../evil.py"], project)
+    message = str(err.value)
+    assert message.startswith("plugins[0]: ../evil.py: outside the project folder")
+    assert ANYWHERE_ENV in message and "\n" not in message
+    monkeypatch.setenv(ANYWHERE_ENV, "1")
+    (source,) = read_plugins(["../evil.py"], project)
+    assert "ran" in source.text
