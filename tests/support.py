@@ -262,6 +262,8 @@ def dvc_repo(root: Path, params: dict, infra: dict):
     assert sh("git", "init", "-q").returncode == 0
     assert sh(sys.executable, "-m", "dvc", "init", "-q").returncode == 0
     shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots", dirs_exist_ok=True)
+    html = sh(sys.executable, "-m", "dvc", "config", "plots.html_template", "plots/offline.html")
+    assert html.returncode == 0, html.stderr  # as the repo's .dvc/config: plots drawn offline
     return sh
 
 

@@ -31,6 +31,7 @@ CHROMIUM_ARGS = [
 @dataclass
 class PageCheck:
     images: int = 0
+    drawn: int = 0  # Vega views rendered (an svg or canvas of class "marks")
     broken_images: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     failed_requests: list[str] = field(default_factory=list)
@@ -81,6 +82,7 @@ def check_page(page_path: Path, screenshot: Path | None = None) -> PageCheck:
             "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])",
         )
         result.images = len(images)
+        result.drawn = page.eval_on_selector_all(".marks", "els => els.length")
         result.broken_images = [src for src, ok in images if not ok]
         if screenshot is not None:
             page.screenshot(path=str(screenshot), full_page=True)

@@ -73,6 +73,15 @@ def configurations(sweep: SweepRecord, variants) -> dict[str, str]:
     }
 
 
+def setting(record: VariantRecord) -> str:
+    """A configuration's settings but its scorer, short enough for a legend: source order
+    and hidden size (``fwd h256``), then any other axis (``lr0.01``); the scorer is the
+    plot's colour, the setting its dash."""
+    parts = ["rev" if record.model.reverse_source else "fwd", f"h{record.model.hidden_size}"]
+    extra = sorted(k for k in record.axes if k not in (*COMPARED, "seed"))
+    return " ".join(parts + [f"{k}={record.axes[k]}" for k in extra])
+
+
 def length_plot_table(metrics: dict[str, VariantMetrics], sweep: SweepRecord) -> pd.DataFrame:
     """BLEU per length bucket, the mean over seeds of each configuration: one line per
     configuration in ``dvc plots show``, coloured by scorer; with each bucket's test
@@ -83,6 +92,7 @@ def length_plot_table(metrics: dict[str, VariantMetrics], sweep: SweepRecord) ->
     rows = [
         {
             "configuration": names[i],
+            "setting": setting(sweep.variants[i]),
             "scorer": sweep.variants[i].scorer,
             "bucket": entry.bucket,
             "sentences": entry.sentences,
@@ -94,7 +104,7 @@ def length_plot_table(metrics: dict[str, VariantMetrics], sweep: SweepRecord) ->
         for i, result in metrics.items()
         for entry in result.by_length
     ]
-    keys = ["configuration", "scorer", "bucket", "sentences", "training_range"]
+    keys = ["configuration", "setting", "scorer", "bucket", "sentences", "training_range"]
     frame = pd.DataFrame(rows, columns=[*keys, "bleu", "bleu_low", "bleu_high"])
     out = frame.groupby(keys, sort=False).apply(_seed_interval, include_groups=False)
     out = out.reset_index().astype({"seeds": int})

@@ -595,3 +595,23 @@ def test_the_train_stage_prints_the_studys_lines_and_rays_go_to_the_run_log(stud
     library = [m for m in ("Token authentication", "MLflow database tables") if m in run_log]
     assert library and not any(m in train for m in library), library  # the file's, not ours
     assert "sweep done" in train  # the stage's summary
+
+
+def test_dvc_plots_show_draws_every_plot_offline(study, tmp_path):
+    """`dvc plots show` with the repo's page template (.dvc/config plots.html_template):
+    Vega inline, so in a browser without network every Vega plot is drawn and every
+    image loads; the length plot's configurations differ by dash, with whole labels."""
+    root, sh = study
+    shown = sh(sys.executable, "-m", "dvc", "plots", "show", "-o", str(tmp_path / "plots"))
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    page = tmp_path / "plots" / "index.html"
+    assert "cdn.jsdelivr.net" not in page.read_text()
+    check = check_page(page, screenshot=tmp_path / "plots.png")
+    assert not check.problems, check.problems  # no request failed: nothing from a network
+    vega = json.loads(sh(sys.executable, "-m", "dvc", "plots", "show", "--json").stdout)
+    views = [k for k, v in vega["data"].items() if v and v[0]["type"] == "vega"]
+    assert check.drawn == len(views) >= 3 and check.images >= 4, (check, views)
+    spec = vega["data"]["metrics/bleu_by_length.csv"][0]["content"]
+    assert spec["encoding"]["strokeDash"]["field"] == "setting"
+    settings = {row["setting"] for row in spec["data"]["values"]}
+    assert len(settings) >= 2 and all(len(s) <= 40 for s in settings), settings  # fit
