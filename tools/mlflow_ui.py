@@ -31,7 +31,7 @@ from tools.browser import chromium_page
 
 logger = logging.getLogger(__name__)
 
-COMPARE_METRICS = ("test_bleu", "best_dev_bleu", "best_epoch", "epochs", "still_improving")
+COMPARE_METRICS = ("test_bleu", "checkpoint_dev_bleu", "peak_dev_bleu", "epochs", "still_improving")
 
 
 def free_port() -> int:

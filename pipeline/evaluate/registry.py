@@ -26,7 +26,13 @@ from pipeline.translate.mlflow_model import save_pyfunc
 
 logger = logging.getLogger(__name__)
 
-TEST_RUN_SUMMARY = ("best_dev_bleu", "best_epoch", "epochs", "still_improving")
+TEST_RUN_SUMMARY = (
+    "checkpoint_dev_bleu",
+    "peak_dev_bleu",
+    "checkpoint_epoch",
+    "epochs",
+    "still_improving",
+)
 """The training summary repeated on each ``test`` run, beside its test scores: enough to
 say which variant is best and whether it had converged (the rest is on its training
 run, ``training_run_id``). In name order they head MLflow's compare table."""

@@ -5,6 +5,7 @@ MLflow, evaluate and the report read."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -63,7 +64,7 @@ class TrainSummary:
     best_epoch: int
     best_step: int
     best_dev_loss: float
-    best_dev_bleu: float  # dev BLEU at the best checkpoint (chosen by the stopping metric)
+    best_dev_bleu: float  # dev BLEU of the kept checkpoint (chosen by the stopping metric)
     epochs_run: int  # epochs started
     steps: int
     wall_time_s: float
@@ -77,6 +78,7 @@ class TrainSummary:
     energy_kernel: str = "unused"  # additive scorer: what additive_energy() runs, native | torch
     device: str = ""  # where the trial ran (set by the sweep)
     node_id: str = ""
+    peak_dev_bleu: float = math.nan  # the highest dev BLEU of any evaluation (any checkpoint)
 
     @property
     def still_improving(self) -> bool:
@@ -96,11 +98,14 @@ class TrainSummary:
 
     def mlflow_metrics(self) -> dict[str, float]:
         """What the MLflow compare view needs to say which variant is best and whether it
-        converged."""
+        converged. Named for what they measure: ``checkpoint_*`` is the kept checkpoint
+        (the best by the stopping metric, dev loss by default), ``peak_dev_bleu`` the
+        highest dev BLEU of any evaluation, which may be another one."""
         return {
-            "best_dev_bleu": self.best_dev_bleu,
-            "best_dev_loss": self.best_dev_loss,
-            "best_epoch": self.best_epoch,
+            "checkpoint_dev_bleu": self.best_dev_bleu,
+            "checkpoint_dev_loss": self.best_dev_loss,
+            "checkpoint_epoch": self.best_epoch,
+            "peak_dev_bleu": self.peak_dev_bleu,
             "epochs": self.epochs_run,
             "steps": self.steps,
             "train_minutes": self.wall_time_s / 60,

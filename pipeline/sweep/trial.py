@@ -40,9 +40,10 @@ from pipeline.runtime.precision import resolve
 from pipeline.runtime.process import prepare_process
 from pipeline.scorers.plugins import PluginSource, load_plugins
 from pipeline.scorers.plugins import loaded as loaded_plugins
+from pipeline.train.callbacks import TrainCallback
 from pipeline.train.preflight import Estimate, PreflightError, check_training, estimate
 from pipeline.train.probes import dev_attention_figure
-from pipeline.train.trainer import TrainCallback, train_variant
+from pipeline.train.trainer import train_variant
 
 logger = logging.getLogger(__name__)
 

@@ -293,7 +293,7 @@ def test_test_metrics_land_in_test_runs_linked_to_their_training_runs(study):
         assert run.data.metrics["test_bleu"] == pytest.approx(values["bleu"])
         assert "test_bleu_len_11plus" in run.data.metrics
         # beside the test scores, the training summary: best dev BLEU, did it converge
-        assert run.data.metrics["best_dev_bleu"] == pytest.approx(info["best_dev_bleu"])
+        assert run.data.metrics["checkpoint_dev_bleu"] == pytest.approx(info["best_dev_bleu"])
         assert run.data.metrics["still_improving"] in (0.0, 1.0)
         training = client.get_run(run.data.tags["training_run_id"])
         assert training.data.tags["config_hash"] == info["config_hash"]
@@ -339,7 +339,9 @@ def test_mlflow_server_shows_parents_children_and_summary_metrics(study, tmp_pat
         assert len(children) == 5  # the variants that trained (lr 1e36 diverged), cosine too
         for child in children:
             metrics = {m["key"]: m["value"] for m in child["data"]["metrics"]}
-            assert {"test_bleu", "best_dev_bleu", "best_epoch", "still_improving"} <= set(metrics)
+            assert {"test_bleu", "checkpoint_dev_bleu", "peak_dev_bleu", "still_improving"} <= set(
+                metrics
+            )
         train = search_runs(url, experiment_id, "tags.kind = 'train'")
         sweeps = search_runs(url, experiment_id, "tags.kind = 'sweep'")
         parents = {
@@ -529,7 +531,7 @@ def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
     for run in runs:
         assert run.data.tags["dvc.baseline_rev"] == baseline
         assert run.data.params["evaluate.beam_size"] == str(beam)
-        assert "test_bleu" in run.data.metrics and "best_dev_bleu" in run.data.metrics
+        assert "test_bleu" in run.data.metrics and "checkpoint_dev_bleu" in run.data.metrics
     _, evaluations = tracked_runs(root, kind="evaluation", **{"dvc.exp_name": name})
     assert len(evaluations) == 1
     _, trained = tracked_runs(root, kind="train")

@@ -76,8 +76,9 @@ def test_mlflow_children_nest_under_one_parent_with_epoch_and_summary_metrics(tr
             child.data.tags
         )
         # the summary: which epoch was best, and whether it was still improving
-        assert child.data.metrics["best_dev_bleu"] == pytest.approx(info["best_dev_bleu"])
-        assert child.data.metrics["best_epoch"] == info["best_epoch"]
+        assert child.data.metrics["checkpoint_dev_bleu"] == pytest.approx(info["best_dev_bleu"])
+        assert child.data.metrics["checkpoint_epoch"] == info["best_epoch"]
+        assert child.data.metrics["peak_dev_bleu"] >= child.data.metrics["checkpoint_dev_bleu"]
         assert child.data.metrics["parameter_count"] == info["parameter_count"]
         assert child.data.metrics["still_improving"] in (0.0, 1.0)
         assert child.data.tags["stop_reason"] == info["stop_reason"]

@@ -180,11 +180,11 @@ def test_training_on_cuda_resumes_and_its_checkpoint_loads_on_the_cpu(
         train_variant(variant, tiny_tok_dir, tmp_path / "run", callbacks=[crash], device="cuda")
     seen = crash.seen
     resumed = train_variant(variant, tiny_tok_dir, tmp_path / "run", device="cuda")
-    assert resumed.resumed_at_step == seen[-1]["step"] > 0
-    assert resumed.steps == reference.steps
-    assert [r["step"] for r in resumed.history] == [r["step"] for r in reference.history]
+    assert resumed.summary.resumed_at_step == seen[-1]["step"] > 0
+    assert resumed.summary.steps == reference.summary.steps
+    assert [r.step for r in resumed.history] == [r.step for r in reference.history]
     for mine, theirs in zip(resumed.history, reference.history, strict=True):
-        assert mine["dev_loss"] == pytest.approx(theirs["dev_loss"], rel=2e-3)
+        assert mine.dev_loss == pytest.approx(theirs.dev_loss, rel=2e-3)
 
     data = TokenizedData.load(tiny_tok_dir)
     path = tmp_path / "run" / "checkpoint.pt"

@@ -188,7 +188,7 @@ TRAIN_AND_DECODE = """
     loaded = load_checkpoint(out / "checkpoint.pt", expected_vocab=None)
     hypotheses, _ = decode_split(loaded.model, data.split("test"),
                                  EvaluateConfig(beam_size=2, precision="PRECISION"), 2.0, "cpu")
-    print(json.dumps({"steps": result.steps, "precision": result.precision,
+    print(json.dumps({"steps": result.summary.steps, "precision": result.summary.precision,
                       "decoded": len(hypotheses)}))
 """
 

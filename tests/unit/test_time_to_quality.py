@@ -71,8 +71,9 @@ def test_the_time_budget_ends_training_with_one_final_evaluation(
     config = TrainConfig(batch_tokens=60, max_epochs=5, eval_every_steps=0, dev_bleu_sentences=4)
     variant = Variant("dot-fwd-h32-s1", model, config, {"scorer": "dot"})
     result = train_variant(variant, tiny_tok_dir, tmp_path, callbacks=[TimeBudget(0.0)])
-    assert (result.steps, result.stop_reason, result.plateaued) == (1, "time_limit", False)
-    assert [row["step"] for row in result.history] == [1]
+    summary = result.summary
+    assert (summary.steps, summary.stop_reason, summary.plateaued) == (1, "time_limit", False)
+    assert [row.step for row in result.history] == [1]
 
 
 class _Trainer:

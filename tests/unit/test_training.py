@@ -14,8 +14,13 @@ from pipeline.data.dataset import TokenizedData
 from pipeline.kernels import native
 from pipeline.models.checkpoint import VocabInfo, load_checkpoint
 from pipeline.models.seq2seq import Seq2Seq
+from pipeline.records.train import HISTORY_FIELDS, HistoryRow
+from pipeline.train import dev as training_dev
+from pipeline.train import state as training_state
 from pipeline.train import trainer as training
-from pipeline.train.trainer import HISTORY_FIELDS, Plateau, TrainingDivergedError, train_variant
+from pipeline.train.callbacks import OnEvaluation, OnStep, TrainCallback
+from pipeline.train.stopping import Plateau, TrainingDivergedError
+from pipeline.train.trainer import train_variant
 from tests.support import InterruptAtEpoch, Interrupted
 
 
@@ -23,10 +28,15 @@ def _weights(path) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)["state_dict"]
 
 
-def _same_history(first: list[dict], second: list[dict]) -> None:
+def _rows(history: tuple[HistoryRow, ...]) -> list[dict]:
+    return [row.to_json() for row in history]
+
+
+def _same_history(first: tuple[HistoryRow, ...], second: tuple[HistoryRow, ...]) -> None:
     timing = {"tokens_per_s", "wall_time"}
     strip = [
-        [{k: v for k, v in row.items() if k not in timing} for row in h] for h in (first, second)
+        [{k: v for k, v in row.items() if k not in timing} for row in _rows(h)]
+        for h in (first, second)
     ]
     assert strip[0] == strip[1]
 
@@ -40,11 +50,12 @@ def _same_weights(first, second) -> None:
 
 def test_outputs_and_result(make_variant, tiny_tok_dir, tmp_path):
     rows = []
-    result = train_variant(
-        make_variant(), tiny_tok_dir, tmp_path, callbacks=[training.OnEvaluation(rows.append)]
+    trained = train_variant(
+        make_variant(), tiny_tok_dir, tmp_path, callbacks=[OnEvaluation(rows.append)]
     )
+    result = trained.summary
     assert result.stop_reason == "max_epochs" and result.epochs_run == 3
-    assert [row["epoch"] for row in rows] == [1, 2, 3] and result.history == rows
+    assert [row["epoch"] for row in rows] == [1, 2, 3] and _rows(trained.history) == rows
     assert rows[-1]["dev_loss"] < rows[0]["dev_loss"]  # it learns
     assert result.best_dev_loss == min(row["dev_loss"] for row in rows)
     assert result.best_epoch == 1 + [r["dev_loss"] for r in rows].index(result.best_dev_loss)
@@ -78,7 +89,7 @@ def test_same_seed_gives_identical_history_and_weights(make_variant, tiny_tok_di
     other = train_variant(
         make_variant("location", max_epochs=2, seed=2), tiny_tok_dir, tmp_path / "c"
     )
-    assert other.history[0]["train_loss"] != first.history[0]["train_loss"]
+    assert other.history[0].train_loss != first.history[0].train_loss
 
 
 @pytest.mark.parametrize("eval_every_steps", [0, 3])
@@ -94,13 +105,14 @@ def test_resume_after_interruption_matches_uninterrupted_run(
     assert seen[-1]["end_of_epoch"] == (eval_every_steps == 0)
     rows = []
     resumed = train_variant(
-        variant, tiny_tok_dir, tmp_path / "run", callbacks=[training.OnEvaluation(rows.append)]
+        variant, tiny_tok_dir, tmp_path / "run", callbacks=[OnEvaluation(rows.append)]
     )
-    assert resumed.resumed_at_step == seen[-1]["step"]
+    assert resumed.summary.resumed_at_step == seen[-1]["step"]
     # only the missing evaluations were run
-    assert [r["step"] for r in rows] == [r["step"] for r in reference.history[len(seen) :]]
+    assert [r["step"] for r in rows] == [r.step for r in reference.history[len(seen) :]]
     _same_history(resumed.history, reference.history)
-    assert resumed.steps == reference.steps and resumed.best_epoch == reference.best_epoch
+    assert resumed.summary.steps == reference.summary.steps
+    assert resumed.summary.best_epoch == reference.summary.best_epoch
     for name in ("checkpoint.pt", "last.pt"):
         reference_state = torch.load(tmp_path / "reference" / name, weights_only=True)
         resumed_state = torch.load(tmp_path / "run" / name, weights_only=True)
@@ -112,18 +124,18 @@ def test_resume_after_interruption_matches_uninterrupted_run(
     # a finished run resumes to the same result without training again
     count = len(rows)
     again = train_variant(
-        variant, tiny_tok_dir, tmp_path / "run", callbacks=[training.OnEvaluation(rows.append)]
+        variant, tiny_tok_dir, tmp_path / "run", callbacks=[OnEvaluation(rows.append)]
     )
-    assert len(rows) == count and again.steps == resumed.steps
+    assert len(rows) == count and again.summary.steps == resumed.summary.steps
 
 
 def test_resume_state_of_an_older_format_is_ignored(make_variant, tiny_tok_dir, tmp_path, caplog):
     variant = make_variant("dot", max_epochs=1)
     first = train_variant(variant, tiny_tok_dir, tmp_path)
     state = torch.load(tmp_path / "last.pt", weights_only=True)
-    torch.save({**state, "format": training.LAST_FORMAT - 1}, tmp_path / "last.pt")
-    again = train_variant(variant, tiny_tok_dir, tmp_path)
-    assert again.resumed_at_step == 0 and again.steps == first.steps
+    torch.save({**state, "format": training_state.LAST_FORMAT - 1}, tmp_path / "last.pt")
+    again = train_variant(variant, tiny_tok_dir, tmp_path).summary
+    assert again.resumed_at_step == 0 and again.steps == first.summary.steps
     assert "starting dot-rev-h32-s1 afresh" in caplog.text
 
 
@@ -131,7 +143,7 @@ def test_resume_false_starts_over(make_variant, tiny_tok_dir, tmp_path):
     variant = make_variant("dot", max_epochs=1)
     first = train_variant(variant, tiny_tok_dir, tmp_path)
     again = train_variant(variant, tiny_tok_dir, tmp_path, resume=False)
-    assert again.steps == first.steps and len(again.history) == 1
+    assert again.summary.steps == first.summary.steps and len(again.history) == 1
 
 
 def test_nan_loss_raises_and_writes_no_checkpoint(
@@ -171,8 +183,8 @@ def test_nan_gradient_raises(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
 
 def test_step_budget_stops_cleanly(make_variant, tiny_tok_dir, tmp_path):
     result = train_variant(make_variant("scaled_dot", max_steps=3), tiny_tok_dir, tmp_path)
-    assert result.stop_reason == "max_steps" and result.steps == 3
-    assert len(result.history) == 1 and result.history[0]["step"] == 3
+    assert result.summary.stop_reason == "max_steps" and result.summary.steps == 3
+    assert len(result.history) == 1 and result.history[0].step == 3
     assert load_checkpoint(tmp_path / "checkpoint.pt").extra["step"] == 3
 
 
@@ -183,12 +195,12 @@ def test_result_names_the_energy_implementation_that_trained(
     and nothing for scorers that have no additive energy."""
     monkeypatch.setenv(native.ENV_SWITCH, "on")
     built = train_variant(make_variant(max_steps=2), tiny_tok_dir, tmp_path / "on")
-    assert built.energy_kernel == "native"
+    assert built.summary.energy_kernel == "native"
     monkeypatch.setenv(native.ENV_SWITCH, "off")
     fallback = train_variant(make_variant(max_steps=2), tiny_tok_dir, tmp_path / "off")
-    assert fallback.energy_kernel == "torch"
+    assert fallback.summary.energy_kernel == "torch"
     other = train_variant(make_variant("dot", max_steps=2), tiny_tok_dir, tmp_path / "dot")
-    assert other.energy_kernel == "unused"
+    assert other.summary.energy_kernel == "unused"
 
 
 def test_safety_time_limit_fails_the_variant(make_variant, tiny_tok_dir, tmp_path):
@@ -205,15 +217,16 @@ def test_a_callback_stops_training_with_its_own_reason(make_variant, tiny_tok_di
     """A callback's budget (a benchmark's time limit) ends training after the step it
     stops at, with one final evaluation and its own stop reason, not plateaued."""
 
-    class StopAtThree(training.TrainCallback):
+    class StopAtThree(TrainCallback):
         def on_step(self, trainer, step):
             if step == 3:
                 trainer.stop("time_limit")
 
     stopper = StopAtThree()
     result = train_variant(make_variant(), tiny_tok_dir, tmp_path, callbacks=[stopper])
-    assert result.stop_reason == "time_limit" and result.steps == 3 and not result.plateaued
-    assert result.history[-1]["step"] == 3 and (tmp_path / "checkpoint.pt").exists()
+    summary = result.summary
+    assert summary.stop_reason == "time_limit" and summary.steps == 3 and not summary.plateaued
+    assert result.history[-1].step == 3 and (tmp_path / "checkpoint.pt").exists()
 
 
 def test_a_slow_machine_trains_the_same_steps_and_weights(make_variant, tiny_tok_dir, tmp_path):
@@ -231,11 +244,10 @@ def test_a_slow_machine_trains_the_same_steps_and_weights(make_variant, tiny_tok
         slept.append(step)
 
     fast = train_variant(variant, tiny_tok_dir, tmp_path / "fast")
-    slow = train_variant(
-        variant, tiny_tok_dir, tmp_path / "slow", callbacks=[training.OnStep(slow_down)]
-    )
-    assert slept == list(range(1, slow.steps + 1))  # every step of the slow run slept
-    assert (slow.steps, slow.stop_reason) == (fast.steps, fast.stop_reason)
+    slow = train_variant(variant, tiny_tok_dir, tmp_path / "slow", callbacks=[OnStep(slow_down)])
+    assert slept == list(range(1, slow.summary.steps + 1))  # every step of the slow run slept
+    stops = [(run.summary.steps, run.summary.stop_reason) for run in (slow, fast)]
+    assert stops[0] == stops[1]
     _same_history(fast.history, slow.history)
     _same_weights(tmp_path / "fast" / "checkpoint.pt", tmp_path / "slow" / "checkpoint.pt")
 
@@ -244,11 +256,11 @@ def test_learning_rate_floor_counts_as_a_plateau(make_variant, tiny_tok_dir, tmp
     """min_learning_rate: once the decays take the rate below it, the variant has
     plateaued, before ``patience`` runs out."""
     losses = iter([2.0, 1.0, 1.5, 1.4, 1.3, 1.2, 1.1, 0.5])
-    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    monkeypatch.setattr(training_dev, "dev_loss", lambda *args, **kwargs: next(losses))
     variant = make_variant(
         max_epochs=10, patience=5, lr_patience=0, lr_decay=0.5, min_learning_rate=0.003
     )
-    result = train_variant(variant, tiny_tok_dir, tmp_path)
+    result = train_variant(variant, tiny_tok_dir, tmp_path).summary
     # lr 0.01 -> 0.005 (epoch 3 bad) -> 0.0025 (epoch 4 bad) < 0.003: stop after epoch 4
     assert result.stop_reason == "early_stopping" and result.plateaued
     assert result.epochs_run == 4 and result.best_epoch == 2
@@ -258,13 +270,14 @@ def test_plateau_decays_learning_rate_then_stops_early(
     make_variant, tiny_tok_dir, tmp_path, monkeypatch
 ):
     losses = iter([2.0, 1.0, 1.5, 1.4, 1.2, 1.1, 0.5])
-    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    monkeypatch.setattr(training_dev, "dev_loss", lambda *args, **kwargs: next(losses))
     variant = make_variant(max_epochs=10, patience=3, lr_patience=1, lr_decay=0.5)
     result = train_variant(variant, tiny_tok_dir, tmp_path)
-    assert result.stop_reason == "early_stopping" and result.epochs_run == 5
-    assert result.best_epoch == 2 and result.best_dev_loss == 1.0
+    summary = result.summary
+    assert summary.stop_reason == "early_stopping" and summary.epochs_run == 5
+    assert summary.best_epoch == 2 and summary.best_dev_loss == 1.0
     # epochs 3, 4 bad -> decay after epoch 4 (lr_patience 1); epoch 5 bad -> stop (patience 3)
-    assert [row["learning_rate"] for row in result.history] == [0.01, 0.01, 0.01, 0.01, 0.005]
+    assert [row.learning_rate for row in result.history] == [0.01, 0.01, 0.01, 0.01, 0.005]
 
 
 def test_plateau_counts_only_improvements_above_min_delta():
@@ -323,14 +336,13 @@ def test_learning_rate_decays_after_evaluations_without_improvement(
 
 def test_history_has_a_row_per_evaluation(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
     losses = iter([2.0, 1.0, 1.5, 0.9, 0.8, 0.7])
-    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    monkeypatch.setattr(training_dev, "dev_loss", lambda *args, **kwargs: next(losses))
     rows = []
     variant = make_variant(max_epochs=2, eval_every_steps=2, lr_patience=0)
-    result = train_variant(
-        variant, tiny_tok_dir, tmp_path, callbacks=[training.OnEvaluation(rows.append)]
-    )
+    trained = train_variant(variant, tiny_tok_dir, tmp_path, callbacks=[OnEvaluation(rows.append)])
+    result = trained.summary
     # 5 batches per epoch: steps 2, 4, 5 (epoch end), 6, 8, 10 (epoch end)
-    assert [r["step"] for r in rows] == [2, 4, 5, 6, 8, 10] and result.history == rows
+    assert [r["step"] for r in rows] == [2, 4, 5, 6, 8, 10] and _rows(trained.history) == rows
     assert [r["epoch"] for r in rows] == [1, 1, 1, 2, 2, 2] and result.epochs_run == 2
     assert [r["epochs"] for r in rows] == [0.4, 0.8, 1.0, 1.2, 1.6, 2.0]
     assert [r["end_of_epoch"] for r in rows] == [0, 0, 1, 0, 0, 1]
@@ -348,13 +360,14 @@ def test_early_stopping_counts_evaluations_and_min_delta(
     make_variant, tiny_tok_dir, tmp_path, monkeypatch
 ):
     losses = iter([2.0, 1.999, 1.998, 1.0])
-    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
+    monkeypatch.setattr(training_dev, "dev_loss", lambda *args, **kwargs: next(losses))
     variant = make_variant(max_epochs=10, eval_every_steps=1, patience=2, min_delta=0.01)
-    result = train_variant(variant, tiny_tok_dir, tmp_path)
+    trained = train_variant(variant, tiny_tok_dir, tmp_path)
+    result = trained.summary
     # improvements of 0.001 are below min_delta: two bad evaluations, stopped mid-epoch 1
     assert result.stop_reason == "early_stopping" and result.plateaued
     assert result.evaluations == 3 and result.steps == 3 and result.epochs_run == 1
-    assert [r["end_of_epoch"] for r in result.history] == [0, 0, 0]
+    assert [r.end_of_epoch for r in trained.history] == [0, 0, 0]
     # the best checkpoint still follows the best value, by any margin
     assert result.best_dev_loss == 1.998 and result.best_step == 3
     assert load_checkpoint(tmp_path / "checkpoint.pt").extra["step"] == 3
@@ -370,8 +383,8 @@ def test_a_rising_dev_bleu_keeps_a_flat_loss_variant_training(
     made progress."""
     losses = iter([2.0] * 10)
     scores = iter([1.0, 3.0, 5.0, 7.0, 7.2, 7.1, 7.3, 7.0])
-    monkeypatch.setattr(training, "dev_loss", lambda *args, **kwargs: next(losses))
-    monkeypatch.setattr(training, "dev_bleu", lambda *args, **kwargs: next(scores))
+    monkeypatch.setattr(training_dev, "dev_loss", lambda *args, **kwargs: next(losses))
+    monkeypatch.setattr(training_dev, "dev_bleu", lambda *args, **kwargs: next(scores))
     variant = make_variant(
         max_epochs=10,
         eval_every_steps=1,
@@ -380,7 +393,7 @@ def test_a_rising_dev_bleu_keeps_a_flat_loss_variant_training(
         lr_decay=1.0,
         bleu_progress_delta=bleu_delta,
     )
-    result = train_variant(variant, tiny_tok_dir, tmp_path)
+    result = train_variant(variant, tiny_tok_dir, tmp_path).summary
     assert result.plateaued and result.evaluations == evaluations
     if bleu_delta is not None:  # the fourth evaluation (BLEU 7.0) was the last gain
         assert result.best_step == 4
@@ -389,8 +402,9 @@ def test_a_rising_dev_bleu_keeps_a_flat_loss_variant_training(
 
 def test_bleu_selects_the_best_epoch(make_variant, tiny_tok_dir, tmp_path, monkeypatch):
     scores = iter([5.0, 9.0, 7.0])
-    monkeypatch.setattr(training, "dev_bleu", lambda *args, **kwargs: next(scores))
-    result = train_variant(make_variant(early_stopping_metric="bleu"), tiny_tok_dir, tmp_path)
+    monkeypatch.setattr(training_dev, "dev_bleu", lambda *args, **kwargs: next(scores))
+    variant = make_variant(early_stopping_metric="bleu")
+    result = train_variant(variant, tiny_tok_dir, tmp_path).summary
     assert result.best_epoch == 2 and result.best_dev_bleu == 9.0
     assert load_checkpoint(tmp_path / "checkpoint.pt").extra["dev_bleu"] == 9.0
 
@@ -401,13 +415,15 @@ def test_dev_bleu_scores_detokenized_greedy_output(tiny_tok_dir, tiny_model_conf
     vocab = VocabInfo.from_data(data)
     model = Seq2Seq(tiny_model_config(), vocab.src_vocab_size, vocab.tgt_vocab_size)
     references = [dev.target(i).tolist() for i in range(len(dev))]
-    monkeypatch.setattr(training, "translate", lambda *args, **kwargs: (references, None))
-    assert training.dev_bleu(
+    monkeypatch.setattr(training_dev, "translate", lambda *args, **kwargs: (references, None))
+    assert training_dev.dev_bleu(
         model, dev, data.tgt_tokenizer, max_ratio=2.0, device="cpu"
     ) == pytest.approx(100.0)
     half = [ids[: len(ids) // 2] for ids in references]
-    monkeypatch.setattr(training, "translate", lambda *args, **kwargs: (half, None))
-    assert training.dev_bleu(model, dev, data.tgt_tokenizer, max_ratio=2.0, device="cpu") < 100.0
+    monkeypatch.setattr(training_dev, "translate", lambda *args, **kwargs: (half, None))
+    assert (
+        training_dev.dev_bleu(model, dev, data.tgt_tokenizer, max_ratio=2.0, device="cpu") < 100.0
+    )
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -415,8 +431,8 @@ def test_each_precision_trains_and_is_recorded(precision, make_variant, tiny_tok
     result = train_variant(
         make_variant("general", max_epochs=2, precision=precision), tiny_tok_dir, tmp_path
     )
-    assert result.precision == precision
-    losses = [row["train_loss"] for row in result.history]
+    assert result.summary.precision == precision
+    losses = [row.train_loss for row in result.history]
     assert all(math.isfinite(x) for x in losses) and losses[1] < losses[0]
 
 
@@ -427,12 +443,10 @@ def test_weight_average_is_evaluated_checkpointed_and_resumed(make_variant, tiny
     def snapshot(row):  # last.pt is written before the callback
         states[row["step"]] = torch.load(folder / "last.pt", weights_only=True)
 
-    reference = train_variant(
-        variant, tiny_tok_dir, folder, callbacks=[training.OnEvaluation(snapshot)]
-    )
-    last = states[reference.steps]
-    assert int(last["ema"]["n_averaged"]) == reference.steps  # updated after every step
-    best = states[reference.best_step]
+    reference = train_variant(variant, tiny_tok_dir, folder, callbacks=[OnEvaluation(snapshot)])
+    last = states[reference.summary.steps]
+    assert int(last["ema"]["n_averaged"]) == reference.summary.steps  # updated after every step
+    best = states[reference.summary.best_step]
     average = {k.removeprefix("module."): v for k, v in best["ema"].items() if k != "n_averaged"}
     checkpoint = _weights(folder / "checkpoint.pt")
     assert all(torch.equal(checkpoint[k], average[k]) for k in checkpoint)  # the average...
