@@ -5,7 +5,6 @@ MLflow, evaluate and the report read."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -78,7 +77,7 @@ class TrainSummary:
     energy_kernel: str = "unused"  # additive scorer: what additive_energy() runs, native | torch
     device: str = ""  # where the trial ran (set by the sweep)
     node_id: str = ""
-    peak_dev_bleu: float = math.nan  # the highest dev BLEU of any evaluation (any checkpoint)
+    peak_dev_bleu: float | None = None  # the highest dev BLEU of any evaluation (None: none)
 
     @property
     def still_improving(self) -> bool:
@@ -101,7 +100,7 @@ class TrainSummary:
         converged. Named for what they measure: ``checkpoint_*`` is the kept checkpoint
         (the best by the stopping metric, dev loss by default), ``peak_dev_bleu`` the
         highest dev BLEU of any evaluation, which may be another one."""
-        return {
+        metrics = {
             "checkpoint_dev_bleu": self.best_dev_bleu,
             "checkpoint_dev_loss": self.best_dev_loss,
             "checkpoint_epoch": self.best_epoch,
@@ -113,6 +112,7 @@ class TrainSummary:
             "parameter_count": self.parameter_count,
             "still_improving": float(self.still_improving),
         }
+        return {k: v for k, v in metrics.items() if v is not None}
 
     def mlflow_tags(self) -> dict[str, str]:
         return {"stop_reason": self.stop_reason or "unknown"}

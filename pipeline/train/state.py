@@ -125,7 +125,7 @@ class Progress:
             evaluations=len(self.history),
             plateaued=self.stop_reason == "early_stopping",
             energy_kernel=energy_kernel,
-            peak_dev_bleu=max((row.dev_bleu for row in self.history), default=math.nan),
+            peak_dev_bleu=max((row.dev_bleu for row in self.history), default=None),
         )
 
 
