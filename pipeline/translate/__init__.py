@@ -6,17 +6,20 @@ checkpoint (weights, model config, the sha256 of both subword models), ``config.
 ``tgt.model``. :func:`export` copies those files alone into a folder of their own, which
 translates anywhere the project is installed. Input text is normalised as the fetch stage
 normalised the training corpus (NFKC, one space between words), so a sentence typed by a
-user meets the model the way its training data did.
+user meets the model the way its training data did. A sentence longer than the variant's
+training sentences (``fetch.split.max_train_words``, :attr:`Translator.train_cut`) is
+translated too, as extrapolation; the command line says how many were.
 
 Used by the command line (``python -m pipeline.translate``, :mod:`pipeline.translate.cli`)
 and by the MLflow model of each variant (:mod:`pipeline.translate.mlflow_model`).
 
-May import: config, data, models, runtime, io, artifacts.
+May import: scorers, config, data, models, runtime, io, artifacts.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pydantic
 import torch
+import yaml
 
 from pipeline.artifacts import VariantFiles
-from pipeline.config.params import EvaluateConfig, TrainConfig
-from pipeline.data.cleaning import normalize
+from pipeline.config.params import EvaluateConfig, SplitConfig, TrainConfig
+from pipeline.data.cleaning import normalize, word_count
 from pipeline.data.dataset import (
     BOS_ID,
     PAD_ID,
@@ -45,6 +50,11 @@ DEFAULT_BEAM_SIZE: int = EvaluateConfig.model_fields["beam_size"].default
 """The evaluate stage's default beam: what the study's test BLEU measured."""
 DEFAULT_MAX_RATIO: float = TrainConfig.model_fields["max_decode_ratio"].default
 """The decoding length cap of a folder without ``config.json``."""
+TRAIN_CUT_KEY = "fetch.split.max_train_words"
+"""The training cut's key in a variant's ``config.json`` params (and in params files)."""
+PARAMS_FILE = "params.yaml"
+"""The study's params, beside the models folder of a variant trained in the project."""
+_DVC_REMOTE = re.compile(r"^\s*\[\s*'?remote\s+\"", re.MULTILINE)
 
 
 class TranslateError(ValueError):
@@ -81,8 +91,20 @@ def resolve_model(model: str | Path, models_dir: str | Path = "models") -> Path:
     if known:
         hint = f"; variants in {models_dir}/: {', '.join(known)}"
     else:
-        hint = f"; {models_dir}/ holds no trained variant (run `dvc repro train` or `dvc pull`)"
+        fetch = " or `dvc pull` (from the DVC remote)" if _has_dvc_remote(models_dir) else ""
+        hint = f"; {models_dir}/ holds no trained variant (run `dvc repro train`{fetch})"
     raise TranslateError(f"{model}: no such model folder, checkpoint or variant id{hint}")
+
+
+def _has_dvc_remote(where: str | Path) -> bool:
+    """Whether the DVC repo holding ``where`` names a remote (in ``.dvc/config`` or
+    ``.dvc/config.local``), so that ``dvc pull`` can fetch its outputs."""
+    where = Path(where).resolve()
+    for folder in (where, *where.parents):
+        if (folder / ".dvc").is_dir():
+            configs = (folder / ".dvc" / name for name in ("config", "config.local"))
+            return any(_DVC_REMOTE.search(p.read_text()) for p in configs if p.is_file())
+    return False
 
 
 def _tokenizers(folder: Path, tok_dir: Path | None) -> tuple[SubwordTokenizer, SubwordTokenizer]:
@@ -113,9 +135,11 @@ class Translator:
         folder: Path,
         max_ratio: float,
         device: str = "cpu",
+        train_cut: int | None = None,
     ):
         self.loaded, self.src, self.tgt = loaded, src, tgt
         self.folder, self.max_ratio, self.device = folder, max_ratio, device
+        self.train_cut = train_cut  # most words of a training source; None: unknown, no cut
 
     @property
     def variant_id(self) -> str:
@@ -145,7 +169,16 @@ class Translator:
             )
         except ValueError as err:
             raise TranslateError(str(err)) from None
-        return cls(loaded, src, tgt, folder, _max_ratio(folder), device)
+        params = _params(folder)
+        max_ratio = float(params.get("train.max_decode_ratio", DEFAULT_MAX_RATIO))
+        return cls(loaded, src, tgt, folder, max_ratio, device, _train_cut(folder, params))
+
+    def beyond_cut(self, lines: Sequence[str]) -> int:
+        """How many of ``lines`` have more words than any sentence the variant trained on
+        (0 when its cut is unknown)."""
+        if self.train_cut is None:
+            return 0
+        return sum(word_count(normalize(line)) > self.train_cut for line in lines)
 
     def translate(
         self,
@@ -190,14 +223,26 @@ class Translator:
         return found
 
 
-def _max_ratio(folder: Path) -> float:
-    """The variant's decoding length cap (``train.max_decode_ratio`` in its config.json)."""
+def _params(folder: Path) -> dict[str, Any]:
+    """The flattened params in the variant's ``config.json`` (empty without one)."""
     try:
         config = json.loads((folder / VariantFiles.CONFIG).read_text())
     except (OSError, ValueError):
-        return DEFAULT_MAX_RATIO
-    params = config.get("params", config)
-    return float(params.get("train.max_decode_ratio", DEFAULT_MAX_RATIO))
+        return {}
+    return config.get("params", config)
+
+
+def _train_cut(folder: Path, params: dict[str, Any]) -> int | None:
+    """The variant's training cut: from its ``config.json`` if recorded there, else from
+    the params file beside its models folder (the project that trained it), else None."""
+    if TRAIN_CUT_KEY in params:
+        return params[TRAIN_CUT_KEY]
+    try:
+        data = yaml.safe_load((folder.resolve().parent.parent / PARAMS_FILE).read_text())
+        split = (data.get("fetch") or {}).get("split") or {}
+        return SplitConfig.model_validate(split).max_train_words
+    except (OSError, yaml.YAMLError, AttributeError, pydantic.ValidationError):
+        return None
 
 
 def export(model: str | Path, out: str | Path, tok_dir: str | Path | None = None) -> Path:

@@ -9,8 +9,9 @@
 MODEL is a variant's folder, its ``checkpoint.pt``, or a variant id under ``--models``
 (default ``models``). Text comes from ``--input`` or standard input, one sentence per
 line; translations go to ``--output`` or standard output, one per line, in order. Typed
-at a terminal, each line is translated as soon as it is entered. Errors are one line
-(``error: ...``) and exit status 1.
+at a terminal, each line is translated as soon as it is entered. Lines longer than the
+variant's training sentences are translated too, and counted in one warning at the end.
+Errors are one line (``error: ...``) and exit status 1.
 """
 
 from __future__ import annotations
@@ -134,7 +135,9 @@ def run(args: argparse.Namespace) -> None:
             disable=interactive or None,
             file=sys.stderr,
         )
+        lines = longer = 0
         for chunk in _chunks(source, interactive, where):
+            lines, longer = lines + len(chunk), longer + translator.beyond_cut(chunk)
             found = translator.translate(
                 chunk,
                 beam_size=beam,
@@ -149,6 +152,15 @@ def run(args: argparse.Namespace) -> None:
             sink.flush()
             bar.update(len(chunk))
         bar.close()
+    if longer:
+        logger.warning(
+            "%d of %d input lines have more than %d words, the most %s was trained on "
+            "(fetch.split.max_train_words): their translations are extrapolation",
+            longer,
+            lines,
+            translator.train_cut,
+            translator.variant_id,
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

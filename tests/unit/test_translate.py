@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from pipeline.data.dataset import EOS_ID, TokenizedData
 from pipeline.models.checkpoint import load_checkpoint
@@ -153,3 +154,64 @@ def test_input_that_is_not_utf8_is_one_line_naming_it(tiny_variant_folder, tmp_p
     done = _cli(tiny_variant_folder, "-i", source)
     assert done.returncode == 1
     assert done.stderr.strip() == f"error: {source}: not UTF-8 text (invalid continuation byte)"
+
+
+def test_dvc_pull_is_suggested_only_where_a_dvc_remote_is_configured(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / ".dvc").mkdir()
+    config = tmp_path / ".dvc" / "config"
+    config.write_text("[core]\n    analytics = false\n")
+    with pytest.raises(TranslateError) as plain:
+        resolve_model("additive-fwd-h16-s1", tmp_path / "models")
+    assert "dvc repro train" in str(plain.value) and "dvc pull" not in str(plain.value)
+    config.write_text("[core]\n    remote = storage\n['remote \"storage\"']\n    url = /mnt/x\n")
+    with pytest.raises(TranslateError, match=r"`dvc repro train` or `dvc pull`"):
+        resolve_model("additive-fwd-h16-s1", tmp_path / "models")
+
+
+def _project_with(variant_folder, root, params: dict | None):
+    """A project folder holding ``models/<variant>`` and, if given, its params.yaml."""
+    folder = root / "models" / variant_folder.name
+    shutil.copytree(variant_folder, folder)
+    if params is not None:
+        (root / "params.yaml").write_text(yaml.safe_dump(params))
+    return folder
+
+
+def test_inputs_longer_than_the_training_cut_are_counted_in_one_warning(
+    tiny_variant_folder, tmp_path
+):
+    """The cut is read from params.yaml beside the models folder; the warning counts every
+    chunk's lines (more lines than one chunk) and is written once."""
+    params = {"fetch": {"split": {"max_train_words": 3}}}
+    folder = _project_with(tiny_variant_folder, tmp_path, params)
+    lines = ["ka lo mi nu", "xe va", "so tu va pe ri"] * 100  # 300 > CHUNK_LINES
+    done = _cli(folder, "--greedy", stdin="\n".join(lines) + "\n")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == len(lines)
+    warnings = [line for line in done.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, done.stderr
+    assert "200 of 300 input lines have more than 3 words" in warnings[0]
+    assert "fetch.split.max_train_words" in warnings[0]
+    within = _cli(folder, "--greedy", stdin="ka lo mi\nxe va\n")
+    assert within.returncode == 0 and "WARNING" not in within.stderr, within.stderr
+
+
+def test_the_training_cut_is_the_variant_s_own_record_else_the_params_default(
+    tiny_variant_folder, tmp_path
+):
+    defaults = _project_with(tiny_variant_folder, tmp_path / "a", {"train": {}})
+    assert Translator.load(defaults).train_cut == 30  # params.yaml without the key
+    uncut = _project_with(tiny_variant_folder, tmp_path / "b", {"fetch": {"split": {}}})
+    (tmp_path / "b" / "params.yaml").write_text("fetch:\n  split:\n    max_train_words: null\n")
+    assert Translator.load(uncut).train_cut is None  # no cut: nothing is beyond it
+    assert Translator.load(uncut).beyond_cut(["ka " * 100]) == 0
+    recorded = _project_with(tiny_variant_folder, tmp_path / "c", {"train": {}})
+    config = json.loads((recorded / "config.json").read_text())
+    config["params"]["fetch.split.max_train_words"] = 2
+    (recorded / "config.json").write_text(json.dumps(config))
+    translator = Translator.load(recorded)
+    assert translator.train_cut == 2  # the variant's record wins over params.yaml
+    assert translator.beyond_cut(["ka lo", " ka  lo\tmi ", "", "xe"]) == 1
+    alone = _project_with(tiny_variant_folder, tmp_path / "d", None)
+    assert Translator.load(alone).train_cut is None  # nothing says: no warning
