@@ -4,26 +4,19 @@ to the findings, the exploratory comparisons and the scorer ranking
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pipeline.artifacts import (
-    COMPARED,
-    COMPARISONS,
-    FINDINGS,
-    RANKING,
-    VariantRecord,
-    variant_table,
-)
+from pipeline.artifacts import COMPARISONS, FINDINGS, RANKING
+from pipeline.config.grid import COMPARED
 from pipeline.config.params import Config
 from pipeline.evaluate.data import Scores, TestSet
 from pipeline.evaluate.metrics import Buckets
-from pipeline.io import atomic_path, write_json
+from pipeline.io import atomic_path
+from pipeline.records.sweep import VariantRecord, variant_table
 from pipeline.study.declarations import PILOT
 from pipeline.study.findings import (
     Finding,
@@ -36,6 +29,7 @@ from pipeline.study.findings import (
     paper_baseline_ratio,
     ranking,
 )
+from pipeline.study.record import BaselineRatio, Family, StudyRecord, finite
 from pipeline.study.statistics import ALPHA, ContrastEstimator, Resampler
 
 BOOTSTRAP_CLUSTERED = (
@@ -63,61 +57,40 @@ class StudyFindings:
         verdicts = [{f.title: f.verdict for f in fs} for fs in self.findings.values()]
         return [t for t in verdicts[0] if len({v.get(t) for v in verdicts}) > 1]
 
-    def family(self) -> dict[str, Any]:
+    def family(self) -> Family:
         """The primary family: its size, and the level of each interval in it."""
         findings = next(iter(self.findings.values()), [])
         size = sum(1 for f in findings for p in f.parts if p.primary)
-        return {
-            "size": size,
-            "correction": "Bonferroni",
-            "alpha": ALPHA,
-            "interval_level": 1 - ALPHA / max(size, 1),
-        }
+        return Family(size, "Bonferroni", ALPHA, 1 - ALPHA / max(size, 1))
+
+    def record(self) -> StudyRecord:
+        """``eval/findings.json`` (:class:`~pipeline.study.record.StudyRecord`)."""
+        return StudyRecord(
+            main_decoding=self.main,
+            reference=self.reference,
+            reference_chosen_on="mean best dev BLEU over the seeds every candidate has",
+            reference_dev_bleu=self.reference_dev_bleu,
+            excluded_from_confirmatory=tuple(self.excluded),
+            family=self.family(),
+            power_from=PILOT.source,
+            bootstrap=BOOTSTRAP_CLUSTERED if self.clustered else "sentences within length strata",
+            baseline_ratio=BaselineRatio(
+                finite(self.baseline_ratio),
+                paper_baseline_ratio(self.train_cut),
+                "none's test BLEU over additive's inside the training lengths; the paper's "
+                "RNNencdec-30 over RNNsearch-30 (Table 1)",
+            ),
+            decoding_dependent=tuple(self.decoding_dependent()),
+            findings={d: tuple(f.record() for f in fs) for d, fs in self.findings.items()},
+        )
 
     def write(self, folder: Path) -> None:
-        write_json(
-            folder / FINDINGS,
-            _clean(
-                {
-                    "main_decoding": self.main,
-                    "reference": self.reference,
-                    "reference_chosen_on": "mean best dev BLEU over the seeds every candidate has",
-                    "reference_dev_bleu": self.reference_dev_bleu,
-                    "excluded_from_confirmatory": self.excluded,
-                    "family": self.family(),
-                    "power_from": PILOT.source,
-                    "bootstrap": BOOTSTRAP_CLUSTERED
-                    if self.clustered
-                    else "sentences within length strata",
-                    "baseline_ratio": {
-                        "measured": self.baseline_ratio,
-                        "paper": paper_baseline_ratio(self.train_cut),
-                        "what": "none's test BLEU over additive's inside the training "
-                        "lengths; the paper's RNNencdec-30 over RNNsearch-30 (Table 1)",
-                    },
-                    "decoding_dependent": self.decoding_dependent(),
-                    "findings": {d: [f.summary() for f in fs] for d, fs in self.findings.items()},
-                }
-            ),
-        )
+        self.record().write(folder / FINDINGS)
         with atomic_path(folder / COMPARISONS) as path:
             self.comparisons.to_csv(path, index=False)
         frames = [t.assign(decoding=d) for d, t in self.ranking.items() if len(t)]
         with atomic_path(folder / RANKING) as path:
             (pd.concat(frames) if frames else pd.DataFrame()).to_csv(path, index=False)
-
-
-def _clean(value: Any) -> Any:
-    """JSON without NaN (``null`` instead)."""
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, np.generic):
-        return _clean(value.item())
-    return value
 
 
 VARIANT_COLUMNS = ["variant", *COMPARED, "seed", "plateaued", "best_dev_bleu", "rest"]

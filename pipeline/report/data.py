@@ -6,7 +6,7 @@ what is missing instead of a silently smaller grid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +14,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from pipeline.artifacts import (
-    COMPARISONS,
-    FINDINGS,
-    LEARNING_CURVES,
-    RANKING,
-    EvalFiles,
-    EvaluationSummary,
-    RecordError,
-    SweepRecord,
-    read_record,
-)
+from pipeline.artifacts import COMPARISONS, FINDINGS, LEARNING_CURVES, RANKING, EvalFiles
+from pipeline.records.base import RecordError, read_record
+from pipeline.records.evaluation import EvaluationSummary, VariantMetrics
+from pipeline.records.sweep import SweepRecord
 from pipeline.scorers import catalogue
+from pipeline.study.record import StudyRecord
 
 
 class ReportInputError(RecordError):
@@ -59,12 +53,12 @@ class StudyData:
     eval_dir: Path
     curves: pd.DataFrame = None  # every dev evaluation of every variant (history rows)
     raw_dir: Path | None = None
-    findings: dict[str, Any] | None = None  # eval/findings.json
+    findings: StudyRecord | None = None  # eval/findings.json
     ranking: pd.DataFrame | None = None  # eval/ranking.csv, the main decoding's rows
 
     @property
     def main_decoding(self) -> str:
-        return (self.findings or {}).get("main_decoding", "beam")
+        return self.findings.main_decoding if self.findings is not None else "beam"
 
     @property
     def evaluated(self) -> pd.DataFrame:
@@ -83,23 +77,24 @@ def load_study(models_dir: Path, eval_dir: Path, raw_dir: Path) -> StudyData:
     sweep = SweepRecord.load(models_dir)
     evaluation = EvaluationSummary.load(eval_dir)
     corpus = _read_json(raw_dir / "corpus.json") if (raw_dir / "corpus.json").is_file() else {}
-    findings = _read_json(eval_dir / FINDINGS)
+    findings = StudyRecord.load(eval_dir / FINDINGS)
     comparisons = _read_csv(eval_dir / COMPARISONS)
     ranking = _read_csv(eval_dir / RANKING)
     if len(ranking):
-        ranking = ranking[ranking.decoding == findings["main_decoding"]].reset_index(drop=True)
+        ranking = ranking[ranking.decoding == findings.main_decoding].reset_index(drop=True)
     rows, curves = [], []
     for row in sweep.table().to_dict("records"):
         variant_id = row["variant"]
         row["evaluated"] = False
         # the numerics each variant actually trained and decoded in (the provenance's)
-        row["train_precision"] = sweep.variants[variant_id].summary.get("precision")
+        trained = sweep.variants[variant_id].summary
+        row["train_precision"] = trained.precision if trained else None
         row["decode_precision"] = evaluation.decode_precision.get(variant_id)
         metrics_file = EvalFiles(eval_dir / variant_id).metrics
         if variant_id in evaluation.variants and metrics_file.is_file():
-            metrics = _read_json(metrics_file)
+            metrics = VariantMetrics.load(metrics_file)
             row.update(_metric_columns(metrics), evaluated=True)
-            curves += [{"variant": variant_id, **b} for b in metrics["by_length"]]
+            curves += [{"variant": variant_id, **asdict(b)} for b in metrics.by_length]
         rows.append(row)
     table = pd.DataFrame(rows)
     for column in ("bleu", "bleu_low", "bleu_high", "chrf", "attention_entropy"):
@@ -135,14 +130,17 @@ def _read_csv(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
-def _metric_columns(metrics: dict[str, Any]) -> dict[str, Any]:
+def _metric_columns(metrics: VariantMetrics) -> dict[str, Any]:
+    def present(value: float | None) -> float:
+        return np.nan if value is None else value
+
     return {
-        "bleu": metrics["bleu"],
-        "bleu_low": metrics["bleu_low"],
-        "bleu_high": metrics["bleu_high"],
-        "chrf": metrics["chrf"],
-        "attention_entropy": metrics.get("attention_entropy", np.nan),
-        "monotonicity_gap": metrics.get("attention_monotonicity_gap", np.nan),
+        "bleu": metrics.bleu,
+        "bleu_low": metrics.bleu_low,
+        "bleu_high": metrics.bleu_high,
+        "chrf": metrics.chrf,
+        "attention_entropy": present(metrics.attention_entropy),
+        "monotonicity_gap": present(metrics.attention_monotonicity_gap),
     }
 
 

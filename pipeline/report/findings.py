@@ -5,11 +5,11 @@ one-line answers. Nothing here tests anything: the verdicts are the evaluate sta
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pandas as pd
 
 from pipeline.study.findings import Grid
+from pipeline.study.record import FindingRecord, PartRecord, StudyRecord
 from pipeline.study.statistics import ALPHA, POWER, format_p
 
 VERDICT_HEADERS = [
@@ -20,21 +20,6 @@ PART_HEADERS = [
     *("contrast", "claim", "estimate [interval]", "level", "per seed (configuration: seeds)"),
     *("p", "p adjusted", "MDE", "reading"),
 ]
-VERDICT_CLASSES = {
-    "agrees": "v-agrees",
-    "disagrees": "v-disagrees",
-    "smaller than claimed": "v-smaller",
-    "equivalent": "v-equivalent",
-    "inconclusive": "v-none",
-    "not testable": "v-none",
-}
-"""The report's colour of each verdict (``pages``' style sheet): green, red, amber,
-blue, and grey for no answer."""
-
-
-def verdict_class(verdict: str) -> str:
-    """The CSS class of a verdict (``v-other`` for a word the report does not know)."""
-    return VERDICT_CLASSES.get(str(verdict).strip(), "v-other")
 
 
 def lengths(cut: int | None) -> str:
@@ -79,27 +64,24 @@ METHOD = (
 )
 
 
-def design_notes(study: dict[str, Any]) -> str:
+def design_notes(study: StudyRecord) -> str:
     """The design behind the verdicts, from ``eval/findings.json``: the family and its
     level, where the a-priori power came from, how the bootstrap drew sentences, and where
     the no-attention baseline stands against the paper's."""
-    notes = []
-    family = study.get("family")
-    if family:
+    family, ratio = study.family, study.baseline_ratio
+    notes = [
+        f"Primary family: {family.size} tests, each interval at "
+        f"{family.interval_level:.1%} ({family.correction})."
+    ]
+    if study.power_from:
+        notes.append(f"A-priori power from {study.power_from}.")
+    if study.bootstrap:
+        notes.append(f"The bootstrap resampled {study.bootstrap}.")
+    if ratio.measured is not None:
         notes.append(
-            f"Primary family: {family['size']} tests, each interval at "
-            f"{family['interval_level']:.1%} ({family['correction']})."
-        )
-    if study.get("power_from"):
-        notes.append(f"A-priori power from {study['power_from']}.")
-    if study.get("bootstrap"):
-        notes.append(f"The bootstrap resampled {study['bootstrap']}.")
-    ratio = study.get("baseline_ratio") or {}
-    if ratio.get("measured") is not None:
-        notes.append(
-            f"The no-attention baseline reaches {ratio['measured']:.0%} of additive "
+            f"The no-attention baseline reaches {ratio.measured:.0%} of additive "
             f"attention's test BLEU inside the training lengths; Bahdanau et al.'s "
-            f"RNNencdec-30 reaches {ratio['paper']:.0%} of RNNsearch-30's "
+            f"RNNencdec-30 reaches {ratio.paper:.0%} of RNNsearch-30's "
             f"(Table 1)."
         )
     return " ".join(notes)
@@ -113,115 +95,90 @@ def bleu_ci(estimate: float, low: float, high: float) -> str:
     return f"{estimate:.2f} [{low:.2f}, {high:.2f}]"
 
 
-def unit(finding: dict[str, Any]) -> str:
-    """The units of a finding's contrast: "BLEU" or "log BLEU" (``scale``)."""
-    return "log BLEU" if finding.get("scale") == "log_bleu" else "BLEU"
-
-
-def _level(part: dict[str, Any]) -> str:
-    level = part.get("level")
-    return f"{level:.1%}" if level is not None else "95.0%"
-
-
-def effect_of_interest(finding: dict[str, Any]) -> str:
+def effect_of_interest(finding: FindingRecord) -> str:
     """The declared smallest effect of interest: "+7.57 BLEU", "within +-2 BLEU", "-"."""
-    declared = finding.get("effect_of_interest")
-    if not declared:
+    declared = finding.effect_of_interest
+    if declared is None:
         return "-"
-    if declared.get("claim") == "equivalent":
-        return f"within +-{declared['value']:g} {unit(finding)}"
-    return f"{declared['value']:+g} {unit(finding)}"
+    if declared.claim == "equivalent":
+        return f"within +-{declared.value:g} {finding.unit}"
+    return f"{declared.value:+g} {finding.unit}"
 
 
-def planned_power(finding: dict[str, Any]) -> str:
+def planned_power(finding: FindingRecord) -> str:
     """The design's a-priori power at the effect of interest: "45%", "-"."""
-    design = finding.get("design")
-    return f"{design['power']:.0%}" if design and design.get("power") is not None else "-"
+    return f"{finding.design.power:.0%}" if finding.design is not None else "-"
 
 
-def _main_part(finding: dict[str, Any]) -> dict[str, Any] | None:
-    parts = finding.get("parts") or []
-    main = parts[0] if parts else None
-    if main is None or main.get("estimate") is None or main.get("primary") is False:
-        return None
-    return main
-
-
-def verdict_rows(study: dict[str, Any]) -> list[list[str]]:
+def verdict_rows(study: StudyRecord) -> list[list[str]]:
     """One line per finding: verdict under the main decoding and greedy, the main
     contrast's estimate with its interval (at its level), the declared effect of
     interest, the design's planned power at it, its MDE, seeds, and what decided it."""
-    main = study["main_decoding"]
-    other = {f["title"]: f["verdict"] for f in study["findings"].get("greedy", [])}
+    other = study.verdicts("greedy") if study.main_decoding != "greedy" else {}
     rows = []
-    for f in study["findings"][main]:
-        part = _main_part(f)
+    for f in study.main:
+        main = f.main
+        e = main.estimate if main is not None else None
         estimate = "-"
-        if part:
-            estimate = f"{ci(part['estimate'], part['low'], part['high'])} {unit(f)}"
-            estimate += f" ({_level(part)})"
-        greedy = other.get(f["title"], "-") if main != "greedy" else "-"
+        if e is not None:
+            estimate = f"{ci(e.estimate, e.low, e.high)} {f.unit} ({e.level:.1%})"
         rows.append(
             [
-                f["title"],
-                f["verdict"],
-                greedy,
+                f.title,
+                f.verdict,
+                other.get(f.title, "-"),
                 estimate,
                 effect_of_interest(f),
                 planned_power(f),
-                f"{part['mde']:.2f}" if part else "-",
-                str(part["seeds"]) if part else "-",
-                f["why"],
+                f"{e.mde:.2f}" if e is not None else "-",
+                str(e.seeds) if e is not None else "-",
+                f.why,
             ]
         )
     return rows
 
 
-def per_seed(values: dict[str, Any]) -> str:
-    """Each seed's value: per configuration ("additive-fwd-h256: s1 +28.08, s2 +27.75;
-    none-fwd-h256: s1 -9.80") or, for one set of seeds, "s1 +1.00, s2 +1.20"."""
-
-    def seeds(by_seed: dict[str, float]) -> str:
-        return ", ".join(f"s{k} {v:+.2f}" for k, v in by_seed.items())
-
-    if values and all(isinstance(v, dict) for v in values.values()):
-        return "; ".join(f"{config}: {seeds(by_seed)}" for config, by_seed in values.items())
-    return seeds(values or {})
+def per_seed(values: dict[str, dict[str, float]]) -> str:
+    """Each seed's value, per configuration: "additive-fwd-h256: s1 +28.08, s2 +27.75;
+    none-fwd-h256: s1 -9.80"."""
+    return "; ".join(
+        f"{config}: " + ", ".join(f"s{k} {v:+.2f}" for k, v in by_seed.items())
+        for config, by_seed in values.items()
+    )
 
 
-def part_rows(finding: dict[str, Any]) -> list[list[str]]:
+def part_rows(finding: FindingRecord) -> list[list[str]]:
     rows = []
-    for p in finding["parts"]:
-        role = "" if p.get("primary", True) else " (secondary)"
-        if p.get("estimate") is None:
-            rows.append([p["label"] + role, _claim(p, finding), *["-"] * 6, p["state"]])
+    for p in finding.parts:
+        label = p.label + ("" if p.primary else " (secondary)")
+        e = p.estimate
+        if e is None:
+            rows.append([label, _claim(p, finding), *["-"] * 6, p.state])
             continue
-        adjusted = p.get("p_adjusted", p.get("p_holm"))
         rows.append(
             [
-                p["label"] + role,
+                label,
                 _claim(p, finding),
-                f"{ci(p['estimate'], p['low'], p['high'])} {unit(finding)}",
-                _level(p),
-                per_seed(p.get("per_seed") or {}),
-                format_p(p["p"]),
-                format_p(adjusted) if adjusted is not None else "-",
-                f"{p['mde']:.2f}",
-                p["state"],
+                f"{ci(e.estimate, e.low, e.high)} {finding.unit}",
+                f"{e.level:.1%}",
+                per_seed(e.per_seed),
+                format_p(e.p),
+                format_p(p.p_adjusted) if p.p_adjusted is not None else "-",
+                f"{e.mde:.2f}",
+                p.state,
             ]
         )
     return rows
 
 
-def _claim(part: dict[str, Any], finding: dict[str, Any] | None = None) -> str:
+def _claim(part: PartRecord, finding: FindingRecord) -> str:
     """A part's claim with its equivalence margin and smallest effect of interest:
     "equivalent (+-2.00 BLEU)", "> 0 (effect of interest +7.57 BLEU)"."""
-    claim, units = part["claim"], unit(finding or {})
-    margin, effect = part.get("margin"), part.get("effect")
-    if margin:
-        claim += f" (+-{margin:.2f} {units})"
-    if effect is not None:
-        claim += f" (effect of interest {effect:+.2f} {units})"
+    claim = part.claim
+    if part.margin:
+        claim += f" (+-{part.margin:.2f} {finding.unit})"
+    if part.effect is not None:
+        claim += f" (effect of interest {part.effect:+.2f} {finding.unit})"
     return claim
 
 
@@ -268,52 +225,48 @@ def ranking_chrf(table: pd.DataFrame, ranking: pd.DataFrame) -> dict[str, float]
     return out
 
 
-def design_lines(finding: dict[str, Any]) -> list[str]:
+def design_lines(finding: FindingRecord) -> list[str]:
     """What was declared before the run, in words: the effect of interest with its source
     and reason, and the design's planned power at it; then the finding's notes."""
     lines = []
-    declared = finding.get("effect_of_interest")
-    if declared:
+    declared, design = finding.effect_of_interest, finding.design
+    if declared is not None:
         words = [f"Effect of interest, declared before the run: {effect_of_interest(finding)}."]
-        if declared.get("source"):
-            words.append(str(declared["source"]))
-        if declared.get("why"):
-            words.append(f"Why this size: {declared['why']}.")
+        if declared.source:
+            words.append(declared.source)
+        if declared.why:
+            words.append(f"Why this size: {declared.why}.")
         lines.append(" ".join(words))
-    design = finding.get("design")
-    if design and design.get("power") is not None:
-        seeds = ", ".join(f"{c}: {k}" for c, k in (design.get("seeds") or {}).items())
-        needed = design.get("seeds_needed")
+    if design is not None:
+        seeds = ", ".join(f"{c}: {k}" for c, k in design.seeds.items())
         more = ""
-        if design["power"] < POWER:
+        if design.power < POWER:
             more = (
-                f"; {needed} seeds per configuration would give {POWER:.0%}"
-                if needed
+                f"; {design.seeds_needed} seeds per configuration would give {POWER:.0%}"
+                if design.seeds_needed
                 else f"; more than 50 seeds per configuration would be needed for {POWER:.0%}"
             )
         lines.append(
-            f"Design, before the run: power {design['power']:.0%} at that effect "
+            f"Design, before the run: power {design.power:.0%} at that effect "
             f"(seeds {seeds or '-'}{more})."
         )
-    lines += [str(note) for note in finding.get("notes") or []]
-    return lines
+    return lines + list(finding.notes)
 
 
-def answers(study: dict[str, Any]) -> list[str]:
+def answers(study: StudyRecord) -> list[str]:
     """What the study found, in words: each finding's ``answer`` under the main
     decoding ("<title>: <verdict>" where a finding has none)."""
-    found = study.get("findings", {}).get(study.get("main_decoding", "beam"), [])
-    return [f.get("answer") or f"{f['title']}: {f['verdict']}" for f in found]
+    return [f.answer or f"{f.title}: {f.verdict}" for f in study.main]
 
 
 def best_scorer(
-    study: dict[str, Any], ranking: pd.DataFrame, comparisons: pd.DataFrame | None = None
+    study: StudyRecord, ranking: pd.DataFrame, comparisons: pd.DataFrame | None = None
 ) -> str:
     """The single "best" scorer (chosen on dev) with its test BLEU, qualified by its
     test comparison with the strongest other attention scorer on test (the exploratory
     "<other> - <best>" contrast): whether that difference is significant. "" when the
     study has no best scorer."""
-    best = study.get("reference")
+    best = study.reference
     if not best or ranking is None or not len(ranking) or best not in set(ranking.scorer):
         return ""
     row = ranking.set_index("scorer").loc[best]
@@ -330,12 +283,17 @@ def best_scorer(
     name = f"{other} - {best}"
     found = pd.DataFrame()
     if comparisons is not None and len(comparisons) and "name" in comparisons:
-        main = study.get("main_decoding", "beam")
+        main = study.main_decoding
         shown = comparisons[(comparisons.family == "exploratory") & (comparisons.decoding == main)]
         found = shown[shown.name == name]
     if found.empty:
         return text + f". It was not compared with {other}, the strongest other scorer on test."
-    c = found.iloc[0]
+    return f"{text}. {_compared(found.iloc[0], name, other)}"
+
+
+def _compared(c, name: str, other: str) -> str:
+    """The best scorer's exploratory comparison with ``other`` (a ``comparisons.csv``
+    row), in words."""
     difference = f"{name}: {ci(c.estimate, c.low, c.high)} BLEU"
     only_test = "se_seed" in c and c.se_seed == 0  # no seed variance to pool: test sampling
     sampling = ", its interval covers test sentences only" if only_test else ""
@@ -349,7 +307,7 @@ def best_scorer(
             f"not significantly different from {other}, the strongest other scorer on test, "
             "so the test data do not single it out"
         )
-    return f"{text}. It is {verdict} ({difference}; {tested})."
+    return f"It is {verdict} ({difference}; {tested})."
 
 
 def exploratory_rows(comparisons: pd.DataFrame, decoding: str) -> list[list[str]]:
@@ -374,13 +332,13 @@ def _updates(evaluated: pd.DataFrame) -> str:
     return f", at {span} updates{cap_text}"
 
 
-def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) -> str:
+def answer(study: StudyRecord, table: pd.DataFrame) -> str:
     """The sentence after the study's answers (:func:`answers`): a warning when most
     variants did not converge, how many variants converged, and which verdicts depend on
     decoding. (The best scorer is further down: :func:`best_scorer`.)"""
     parts = []
     evaluated = table[table.evaluated]
-    capped = study.get("excluded_from_confirmatory") or []
+    capped = list(study.excluded_from_confirmatory)
     if len(evaluated) and len(capped) > len(evaluated) / 2:
         parts.append(
             f"UNCONVERGED: {len(capped)} of {len(evaluated)} variants stopped at the step cap "
@@ -397,8 +355,8 @@ def answer(study: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame) ->
             else ""
         )
     )
-    dependent = study.get("decoding_dependent") or []
-    if "greedy" in study["findings"] and study["main_decoding"] != "greedy":
+    dependent = study.decoding_dependent
+    if "greedy" in study.findings and study.main_decoding != "greedy":
         parts.append(
             "Verdicts that change between beam search and greedy decoding: "
             + (", ".join(dependent) if dependent else "none")

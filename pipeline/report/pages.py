@@ -1,13 +1,29 @@
-"""HTML and Markdown pages of the report, from one context built in ``render.py``."""
+"""What the report says, section by section, built once as data (:mod:`~pipeline.report.blocks`)
+from what :mod:`~pipeline.report.render` gathered (:class:`PageInputs`); the web page and
+the Markdown are its two formats (:mod:`~pipeline.report.writers`)."""
 
 from __future__ import annotations
 
-import html
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from pipeline.records.sweep import FAILED
+from pipeline.report.blocks import (
+    Block,
+    Bullets,
+    Code,
+    Contents,
+    Figure,
+    Heading,
+    Paragraph,
+    Report,
+    Section,
+    Table,
+)
 from pipeline.report.figures import seed_span
 from pipeline.report.findings import (
     EXPLORE_HEADERS,
@@ -26,47 +42,54 @@ from pipeline.report.findings import (
     part_rows,
     rank_headers,
     ranking_rows,
-    verdict_class,
     verdict_rows,
 )
+from pipeline.report.samples import Sample
+from pipeline.report.writers import to_html, to_markdown
+from pipeline.study.record import FindingRecord, StudyRecord
 from pipeline.study.statistics import POWER
 
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
-margin:2rem auto;padding:0 1rem;color:#1d2733;line-height:1.45}
-h1{font-size:1.6rem}h2{border-bottom:1px solid #d8dee4;padding-bottom:.2rem;margin-top:2rem}
-table{border-collapse:collapse;font-size:.82rem;margin:.6rem 0}
-th,td{border:1px solid #d8dee4;padding:.25rem .5rem;text-align:right}
-th{background:#f3f5f7}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;height:auto;border:1px solid #eef0f2}
-.v-agrees{color:#137333;font-weight:600}.v-disagrees{color:#b3261e;font-weight:600}
-.v-smaller{color:#a15c00;font-weight:600}.v-equivalent{color:#1f4e79;font-weight:600}
-.v-none,.v-other{color:#6b7280;font-weight:600}.failed{background:#fdecea}
-.answers{font-size:1.05rem}.answers li{margin:.25rem 0}
-details{margin:.5rem 0}pre{background:#f6f8fa;padding:.6rem;overflow:auto;font-size:.78rem}
-.caption{color:#4b5563;font-size:.85rem}
-.findings td{text-align:left;vertical-align:top}
-.toc{font-size:.85rem;margin:.4rem 0 1rem}.toc a{color:#1f4e79}
-"""
+
+@dataclass(frozen=True)
+class Figures:
+    """The figures written (``figures/<name>`` without its suffix), ``None`` where the
+    study had nothing to draw."""
+
+    differences: str | None = None
+    bleu_by_length: str | None = None
+    learning_curves: str | None = None
+    heatmaps: str | None = None
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value))
+@dataclass(frozen=True)
+class PageInputs:
+    """What the pages show, gathered by :func:`pipeline.report.render.build_report`."""
+
+    title: str
+    study: StudyRecord  # eval/findings.json
+    comparisons: pd.DataFrame  # eval/comparisons.csv: every contrast, every decoding
+    table: pd.DataFrame  # one row per variant (pipeline.report.data.StudyData.table)
+    ranking: pd.DataFrame  # the main decoding's scorer ranking
+    headers: list[str]  # the all-variants table's headers and rows
+    rows: list[list[str]]
+    failed: list[list[Any]]  # [variant, error] of each failed variant
+    provenance: dict[str, Any]
+    params: dict[str, Any]  # params.yaml, resolved
+    figures: Figures = field(default_factory=Figures)
+    heatmap_title: str = ""
+    cut: int | None = None  # fetch.split.max_train_words
+    length_means: pd.DataFrame = field(default_factory=pd.DataFrame)
+    chrf: dict[str, float] | None = None  # each ranked scorer's mean chrF
+    samples: Sequence[Sample] = ()
+    late_gains: pd.DataFrame | None = None
 
 
-def _html_table(headers: list[str], rows: list[list[Any]], row_classes=None) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = []
-    for index, row in enumerate(rows):
-        css = f' class="{row_classes[index]}"' if row_classes and row_classes[index] else ""
-        body.append(f"<tr{css}>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+def render_html(inputs: PageInputs) -> str:
+    return to_html(report_model(inputs))
 
 
-def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+def render_markdown(inputs: PageInputs) -> str:
+    return to_markdown(report_model(inputs))
 
 
 def _bleu_cell(bleu: float, low: float, high: float) -> str:
@@ -176,57 +199,6 @@ _EXPLORE_NOTE = (
     "lengths. A scorer with one seed borrows the seed variance pooled over the "
     "configurations with more: its own seed's luck is not measured."
 )
-_SECTIONS = [
-    ("verdicts", "Verdicts"),
-    ("ranking", "Scorers ranked"),
-    ("differences", "Differences"),
-    ("findings", "Findings in detail"),
-    ("length", "BLEU by source length"),
-    ("exploratory", "Exploratory comparisons"),
-    ("curves", "Learning curves"),
-    ("samples", "Sample translations"),
-    ("heatmaps", "Attention heatmaps"),
-    ("variants", "All variants"),
-    ("provenance", "Provenance"),
-]
-
-
-def _sections(c: dict[str, Any]) -> list[tuple[str, str]]:
-    present = {"verdicts", "findings", "variants", "provenance"}
-    if len(c["ranking"]):
-        present.add("ranking")
-    figures = c["figures"]
-    present |= {
-        k
-        for k, f in (
-            ("differences", "differences"),
-            ("length", "bleu_by_length"),
-            ("curves", "learning_curves"),
-            ("heatmaps", "heatmaps"),
-        )
-        if f in figures
-    }
-    if len(c["comparisons"]) and (c["comparisons"].family == "exploratory").any():
-        present.add("exploratory")
-    if c["samples"]:
-        present.add("samples")
-    return [(k, t) for k, t in _SECTIONS if k in present]
-
-
-def _verdict_html(rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in VERDICT_HEADERS)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td class='{verdict_class(cell)}'>{_e(cell)}</td>"
-            if i in (1, 2)
-            else f"<td>{_e(cell)}</td>"
-            for i, cell in enumerate(row)
-        )
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table class='findings'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _verdict_note() -> str:
@@ -241,234 +213,195 @@ def variants_caption(cut: int | None) -> str:
     )
 
 
-def render_html(c: dict[str, Any]) -> str:
-    study, figures, main = c["study"], c["figures"], c["study"]["main_decoding"]
-    cut = c.get("cut")
-    toc = " · ".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t in _sections(c))
-    best = best_scorer(study, c["ranking"], c["comparisons"])
-    parts = [
-        f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<meta name='viewport' content='width=device-width,initial-scale=1'>"
-        f"<title>{_e(c['title'])}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{_e(c['title'])}</h1>",
-        "<ul class='answers'>" + "".join(f"<li>{_e(a)}</li>" for a in answers(study)) + "</ul>",
-        f"<p><strong>{_e(answer(study, c['ranking'], c['table']))}</strong></p>",
-        f"<nav class='toc'>{toc}</nav>",
-        "<h2 id='verdicts'>Verdicts</h2>",
-        _verdict_html(verdict_rows(study)),
-        f"<p class='caption'>Verdicts under {_e(main)} decoding, then greedy. "
-        f"{_e(_verdict_note())}</p>",
-    ]
-    if len(c["ranking"]):
-        rows = ranking_rows(c["ranking"], c.get("chrf"))
-        parts += [
-            "<h2 id='ranking'>Scorers ranked</h2>",
-            f"<p>{_e(best)}</p>" if best else "",
-            _html_table(rank_headers(cut), rows),
-            f"<p class='caption'>{_e(_RANK_NOTE)}</p>",
-        ]
-    if "differences" in figures:
-        parts += [
-            "<h2 id='differences'>Differences</h2>",
-            f"<img src='{figures['differences']}.svg' alt='the differences the findings rest on'>",
-            f"<p class='caption'>{_e(_FOREST_NOTE)}</p>",
-        ]
-    notes = design_notes(study)
-    parts += ["<h2 id='findings'>Findings in detail</h2>", f"<p>{_e(METHOD)}</p>"]
-    parts += [f"<p>{_e(notes)}</p>"] if notes else []
-    for f in study["findings"][main]:
-        parts += [
-            f"<h3>{_e(f['title'])}: <span class='{verdict_class(f['verdict'])}'>"
-            f"{_e(f['verdict'])}</span></h3>",
-            f"<p><em>Answer.</em> {_e(f['answer'])}</p>" if f.get("answer") else "",
-            f"<p><em>Literature.</em> {_e(f['literature'])}</p>",
-            f"<p><em>Test, stated in advance.</em> {_e(f['criterion'])}</p>",
-            *(f"<p>{_e(line)}</p>" for line in design_lines(f)),
-            _html_table(PART_HEADERS, part_rows(f))
-            if f["parts"]
-            else f"<p>No contrast: {_e(f['why'])}.</p>",
-        ]
-    if "bleu_by_length" in figures:
-        headers, rows = by_length_pivot(c["length_means"])
-        parts += [
-            "<h2 id='length'>BLEU by source length</h2>",
-            f"<img src='{figures['bleu_by_length']}.svg' alt='BLEU vs source length'>",
-            f"<p class='caption'>{_e(_LENGTH_NOTE)}</p>",
-            "<details><summary>The numbers</summary>",
-            _html_table(headers, rows),
-            "</details>",
-        ]
-    explore = exploratory_rows(c["comparisons"], main) if len(c["comparisons"]) else []
-    if explore:
-        parts += [
-            "<h2 id='exploratory'>Exploratory comparisons</h2>",
-            f"<p>{_e(_EXPLORE_NOTE)}</p>",
-            _html_table(EXPLORE_HEADERS, explore),
-        ]
-    if "learning_curves" in figures:
-        parts += [
-            "<h2 id='curves'>Learning curves</h2>",
-            f"<img src='{figures['learning_curves']}.svg' alt='learning curves'>",
-            f"<p class='caption'>{_CONVERGENCE_NOTE}</p>",
-        ]
-    gains = late_gain_rows(c.get("late_gains"))
-    if gains:
-        parts += [
-            _html_table(LATE_GAIN_HEADERS, gains),
-            f"<p class='caption'>{_e(late_gain_note(c['late_gains']))}</p>",
-        ]
-    if c["samples"]:
-        parts.append("<h2 id='samples'>Sample translations</h2>")
-        for sample in c["samples"]:
-            rows = [["source", sample["source"]], ["reference", sample["reference"]]]
-            rows += [[variant, text] for _, variant, text in sample["outputs"]]
-            parts += [
-                f"<h3>{_e(sample['bucket'])} words ({_e(sample['training_range'])} the "
-                f"training range), test sentence {sample['index']}</h3>",
-                _html_table(["", "text"], rows).replace("<td>", "<td style='text-align:left'>"),
-            ]
-    if "heatmaps" in figures:
-        parts += [
-            "<h2 id='heatmaps'>Attention heatmaps</h2>",
-            f"<img src='{figures['heatmaps']}.svg' alt='attention heatmaps'>",
-            f"<p class='caption'>{_e(c['heatmap_title'])}: {_e(_HEATMAP_NOTE)}.</p>",
-        ]
-    classes = ["failed" if row[-1] == "failed" else "" for row in c["rows"]]
-    parts += [
-        "<h2 id='variants'>All variants</h2>",
-        f"<p class='caption'>{_e(variants_caption(cut))}</p>",
-        _html_table(c["headers"], c["rows"], classes),
-    ]
-    if c["failed"]:
-        parts += ["<h3>Failed variants</h3>", _html_table(["variant", "error"], c["failed"])]
-    parts += [
-        "<h2 id='provenance'>Provenance</h2>",
-        f"<pre>{_e(json.dumps(c['provenance'], indent=2, ensure_ascii=False))}</pre>",
-        "<details><summary>params.yaml (resolved)</summary>"
-        f"<pre>{_e(json.dumps(c['params'], indent=2))}</pre></details>",
-        "</body></html>",
-    ]
-    return "\n".join(p for p in parts if p)
+# ---------------------------------------------------------------------------- model
+def _table(headers: Sequence[Any], rows: Sequence[Sequence[Any]], **kw: Any) -> Table:
+    """A table of the cells' text."""
+    cells = tuple(tuple(str(cell) for cell in row) for row in rows)
+    return Table(tuple(str(h) for h in headers), cells, **kw)
 
 
-def render_markdown(c: dict[str, Any]) -> str:
-    study, figures, main = c["study"], c["figures"], c["study"]["main_decoding"]
-    cut = c.get("cut")
-    best = best_scorer(study, c["ranking"], c["comparisons"])
-    lines = [f"# {c['title']}", ""]
-    lines += [f"- {a}" for a in answers(study)]
-    lines += [
-        "",
-        f"**{answer(study, c['ranking'], c['table'])}**",
-        "",
-        "Generated by `dvc repro report`; `index.html` is the same report as a web page.",
-        "",
-        "## Verdicts",
-        "",
-        _md_table(VERDICT_HEADERS, verdict_rows(study)),
-        "",
-        f"Verdicts under {main} decoding, then greedy. {_verdict_note()}",
-        "",
+def _section(anchor: str, title: str, blocks: Sequence[Block]) -> Section:
+    return Section(Heading(title, anchor=anchor), tuple(blocks))
+
+
+def report_model(c: PageInputs) -> Report:
+    """The report's sections, in order (a section without data to show is left out)."""
+    sections = [
+        _opening(c),
+        _verdicts(c),
+        _ranking(c),
+        _differences(c),
+        _findings(c),
+        _length(c),
+        _exploratory(c),
+        _curves(c),
+        _late_gains(c),
+        _samples(c),
+        _heatmaps(c),
+        _variants(c),
+        _provenance(c),
     ]
-    if len(c["ranking"]):
-        rows = ranking_rows(c["ranking"], c.get("chrf"))
-        lines += ["## Scorers ranked", ""] + ([best, ""] if best else [])
-        lines += [_md_table(rank_headers(cut), rows), "", _RANK_NOTE, ""]
-    if "differences" in figures:
-        lines += [
-            "## Differences",
-            "",
-            f"![the differences the findings rest on]({figures['differences']}.png)",
-            "",
-            _FOREST_NOTE,
-            "",
-        ]
-    lines += ["## Findings in detail", "", METHOD, ""]
-    lines += [design_notes(study), ""] if design_notes(study) else []
-    for f in study["findings"][main]:
-        lines += [f"### {f['title']}: {f['verdict']}", ""]
-        if f.get("answer"):
-            lines += [f"*Answer.* {f['answer']}", ""]
-        lines += [
-            f"*Literature.* {f['literature']}",
-            "",
-            f"*Test, stated in advance.* {f['criterion']}",
-            "",
-            *(x for line in design_lines(f) for x in (line, "")),
-            _md_table(PART_HEADERS, part_rows(f)) if f["parts"] else f"No contrast: {f['why']}.",
-            "",
-        ]
-    if "bleu_by_length" in figures:
-        headers, rows = by_length_pivot(c["length_means"])
-        lines += [
-            "## BLEU by source length",
-            "",
-            f"![BLEU vs source length]({figures['bleu_by_length']}.png)",
-            "",
-            _LENGTH_NOTE,
-            "",
-            _md_table(headers, rows),
-            "",
-        ]
-    explore = exploratory_rows(c["comparisons"], main) if len(c["comparisons"]) else []
-    if explore:
-        lines += [
-            "## Exploratory comparisons",
-            "",
-            _EXPLORE_NOTE,
-            "",
-            _md_table(EXPLORE_HEADERS, explore),
-            "",
-        ]
-    if "learning_curves" in figures:
-        lines += [
-            "## Learning curves",
-            "",
-            f"![learning curves]({figures['learning_curves']}.png)",
-            "",
-            _CONVERGENCE_NOTE,
-            "",
-        ]
-    gains = late_gain_rows(c.get("late_gains"))
-    if gains:
-        lines += [_md_table(LATE_GAIN_HEADERS, gains), "", late_gain_note(c["late_gains"]), ""]
-    if c["samples"]:
-        lines += ["## Sample translations", ""]
-        for sample in c["samples"]:
-            rows = [["source", sample["source"]], ["reference", sample["reference"]]]
-            rows += [[variant, text] for _, variant, text in sample["outputs"]]
-            lines += [
-                f"### {sample['bucket']} words ({sample['training_range']} the training "
-                f"range), test sentence {sample['index']}",
-                "",
-                _md_table(["", "text"], rows),
-                "",
-            ]
-    if "heatmaps" in figures:
-        lines += [
-            "## Attention heatmaps",
-            "",
-            f"![attention heatmaps]({figures['heatmaps']}.png)",
-            "",
-            f"{c['heatmap_title']}: {_HEATMAP_NOTE}.",
-            "",
-        ]
-    lines += [
-        "## All variants",
-        "",
-        variants_caption(cut),
-        "",
-        _md_table(c["headers"], c["rows"]),
-        "",
+    return Report(c.title, tuple(s for s in sections if s is not None))
+
+
+def _opening(c: PageInputs) -> Section:
+    """What the study found, in words, then how far its variants trained."""
+    return Section(
+        None,
+        (
+            Bullets(tuple(answers(c.study)), style="answers"),
+            Paragraph(answer(c.study, c.table), style="strong"),
+            Contents(),
+            Paragraph(
+                "Generated by `dvc repro report`; `index.html` is the same report as a web page.",
+                only="markdown",
+            ),
+        ),
+    )
+
+
+def _verdicts(c: PageInputs) -> Section:
+    note = f"Verdicts under {c.study.main_decoding} decoding, then greedy. {_verdict_note()}"
+    table = _table(VERDICT_HEADERS, verdict_rows(c.study), verdict_columns=(1, 2))
+    return _section("verdicts", "Verdicts", [table, Paragraph(note, style="caption")])
+
+
+def _ranking(c: PageInputs) -> Section | None:
+    if not len(c.ranking):
+        return None
+    best = best_scorer(c.study, c.ranking, c.comparisons)
+    return _section(
+        "ranking",
+        "Scorers ranked",
+        [
+            *([Paragraph(best)] if best else []),
+            _table(rank_headers(c.cut), ranking_rows(c.ranking, c.chrf)),
+            Paragraph(_RANK_NOTE, style="caption"),
+        ],
+    )
+
+
+def _differences(c: PageInputs) -> Section | None:
+    if c.figures.differences is None:
+        return None
+    figure = Figure(c.figures.differences, "the differences the findings rest on")
+    return _section(
+        "differences", "Differences", [figure, Paragraph(_FOREST_NOTE, style="caption")]
+    )
+
+
+def _findings(c: PageInputs) -> Section:
+    notes = design_notes(c.study)
+    blocks: list[Block] = [Paragraph(METHOD), *([Paragraph(notes)] if notes else [])]
+    for finding in c.study.main:
+        blocks += _finding(finding)
+    return _section("findings", "Findings in detail", blocks)
+
+
+def _finding(f: FindingRecord) -> list[Block]:
+    """One finding: its verdict, answer, the literature's claim, the test stated in
+    advance, its design, and its parts (or why it has none)."""
+    return [
+        Heading(f.title, level=3, verdict=f.verdict),
+        *([Paragraph(f.answer, lead="Answer.")] if f.answer else []),
+        Paragraph(f.literature, lead="Literature."),
+        Paragraph(f.criterion, lead="Test, stated in advance."),
+        *(Paragraph(line) for line in design_lines(f)),
+        _table(PART_HEADERS, part_rows(f)) if f.parts else Paragraph(f"No contrast: {f.why}."),
     ]
-    if c["failed"]:
-        lines += ["### Failed variants", "", _md_table(["variant", "error"], c["failed"]), ""]
-    lines += [
-        "## Provenance",
-        "",
-        "```json",
-        json.dumps(c["provenance"], indent=2, ensure_ascii=False),
-        "```",
-        "",
+
+
+def _length(c: PageInputs) -> Section | None:
+    if c.figures.bleu_by_length is None:
+        return None
+    headers, rows = by_length_pivot(c.length_means)
+    return _section(
+        "length",
+        "BLEU by source length",
+        [
+            Figure(c.figures.bleu_by_length, "BLEU vs source length"),
+            Paragraph(_LENGTH_NOTE, style="caption"),
+            _table(headers, rows, collapsed="The numbers"),
+        ],
+    )
+
+
+def _exploratory(c: PageInputs) -> Section | None:
+    rows = exploratory_rows(c.comparisons, c.study.main_decoding) if len(c.comparisons) else []
+    if not rows:
+        return None
+    blocks = [Paragraph(_EXPLORE_NOTE), _table(EXPLORE_HEADERS, rows)]
+    return _section("exploratory", "Exploratory comparisons", blocks)
+
+
+def _curves(c: PageInputs) -> Section | None:
+    if c.figures.learning_curves is None:
+        return None
+    return _section(
+        "curves",
+        "Learning curves",
+        [
+            Figure(c.figures.learning_curves, "learning curves"),
+            Paragraph(_CONVERGENCE_NOTE, style="caption", escaped=False),
+        ],
+    )
+
+
+def _late_gains(c: PageInputs) -> Section | None:
+    """How much dev BLEU still rose before each stop (after the learning curves, or in
+    their place when there are none)."""
+    rows = late_gain_rows(c.late_gains)
+    if not rows:
+        return None
+    note = Paragraph(late_gain_note(c.late_gains), style="caption")
+    return Section(None, (_table(LATE_GAIN_HEADERS, rows), note))
+
+
+def _samples(c: PageInputs) -> Section | None:
+    if not c.samples:
+        return None
+    blocks: list[Block] = []
+    for sample in c.samples:
+        rows = [["source", sample.source], ["reference", sample.reference]]
+        rows += [[variant, text] for _, variant, text in sample.outputs]
+        title = (
+            f"{sample.bucket} words ({sample.training_range} the training range), "
+            f"test sentence {sample.index}"
+        )
+        blocks += [Heading(title, level=3), _table(["", "text"], rows, text=True)]
+    return _section("samples", "Sample translations", blocks)
+
+
+def _heatmaps(c: PageInputs) -> Section | None:
+    if c.figures.heatmaps is None:
+        return None
+    caption = Paragraph(f"{c.heatmap_title}: {_HEATMAP_NOTE}.", style="caption")
+    blocks = [Figure(c.figures.heatmaps, "attention heatmaps"), caption]
+    return _section("heatmaps", "Attention heatmaps", blocks)
+
+
+def _variants(c: PageInputs) -> Section:
+    """Every variant of the grid, failed ones marked (and listed with their errors)."""
+    classes = tuple("failed" if row[-1] == FAILED else "" for row in c.rows)
+    blocks: list[Block] = [
+        Paragraph(variants_caption(c.cut), style="caption"),
+        _table(c.headers, c.rows, row_classes=classes),
     ]
-    return "\n".join(lines)
+    if c.failed:
+        blocks += [Heading("Failed variants", level=3), _table(["variant", "error"], c.failed)]
+    return _section("variants", "All variants", blocks)
+
+
+def _provenance(c: PageInputs) -> Section:
+    return _section(
+        "provenance",
+        "Provenance",
+        [
+            Code(json.dumps(c.provenance, indent=2, ensure_ascii=False), language="json"),
+            Code(
+                json.dumps(c.params, indent=2),
+                collapsed="params.yaml (resolved)",
+                only="html",
+            ),
+        ],
+    )

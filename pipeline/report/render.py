@@ -10,6 +10,8 @@ import json
 import logging
 import subprocess
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ import pandas as pd
 from pipeline.artifacts import EvalFiles
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config
-from pipeline.io import atomic_dir, write_json
+from pipeline.io import atomic_dir
+from pipeline.records.sweep import FAILED
 from pipeline.report.data import ReportPaths, StudyData, length_means, load_study
 from pipeline.report.figures import (
     bleu_by_length_figure,
@@ -28,8 +31,10 @@ from pipeline.report.figures import (
     learning_curves_figure,
 )
 from pipeline.report.findings import late_gains, lengths, ranking_chrf
+from pipeline.report.pages import Figures, PageInputs, render_html, render_markdown
 from pipeline.report.samples import sample_translations
 from pipeline.scorers import catalogue
+from pipeline.study.record import FindingRecord
 from pipeline.tracking.provenance import machine
 
 logger = logging.getLogger(__name__)
@@ -117,11 +122,11 @@ def summary_table(data: StudyData) -> pd.DataFrame:
         for b, lo, hi in zip(table.bleu, table.bleu_low, table.bleu_high)
     ]
     table["converged"] = [
-        "-" if status == "failed" else "plateau" if plateaued else f"{reason} (not converged)"
+        "-" if status == FAILED else "plateau" if plateaued else f"{reason} (not converged)"
         for status, plateaued, reason in zip(table.status, table.plateaued, table.stop_reason)
     ]
     table["shown_status"] = [
-        status if evaluated or status == "failed" else f"{status}, not evaluated"
+        status if evaluated or status == FAILED else f"{status}, not evaluated"
         for status, evaluated in zip(table.status, table.evaluated)
     ]
     table["order"] = table.scorer.map(catalogue.order_of)
@@ -206,82 +211,85 @@ def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> 
 def build_report(config: Config, infra: Infra, paths: ReportPaths) -> dict[str, Any]:
     """Write the whole report folder atomically, then add it to the evaluation's MLflow
     run; returns a small summary."""
-    from pipeline.report.pages import render_html, render_markdown
-
     data = load_study(paths.models, paths.eval, paths.raw)
-    main = data.main_decoding
+    cut = config.fetch.split.max_train_words
     with atomic_dir(paths.out) as tmp:
-        figures = tmp / "figures"
-        figures.mkdir()
-        written: dict[str, str] = {}
         means = length_means(data.by_length)
-        if not means.empty:
-            bleu_by_length_figure(means, data.by_length, figures / "bleu_by_length")
-            written["bleu_by_length"] = "figures/bleu_by_length"
-        shown = data.comparisons[data.comparisons.decoding == main] if len(data.comparisons) else []
-        if len(shown):
-            forest_figure(
-                forest_rows(shown, data.findings["findings"][main]), figures / "differences"
-            )
-            written["differences"] = "figures/differences"
-        if len(data.curves) and "dev_bleu" in data.curves:
-            learning_curves_figure(data.curves, data.evaluated, figures / "learning_curves")
-            written["learning_curves"] = "figures/learning_curves"
-        panels, title = heatmap_panels(data)
-        if panels:
-            heatmap_comparison_figure(panels, title, figures / "attention_heatmaps")
-            written["heatmaps"] = "figures/attention_heatmaps"
+        figures, heatmap_title = draw_figures(data, means, tmp / "figures")
         table = summary_table(data)
         table.drop(columns=["order", "config", "shown_status"]).to_csv(
             tmp / "summary.csv", index=False
         )
-        write_json(tmp / "findings.json", data.findings)  # what the README's results quote
+        data.findings.write(tmp / "findings.json")  # what the README's results quote
         data.ranking.to_csv(tmp / "ranking.csv", index=False)
-        context = {
-            "title": config.report.title,
-            "study": data.findings,
-            "comparisons": data.comparisons,
-            "table": data.table,
-            "figures": written,
-            "heatmap_title": title,
-            "headers": table_headers(config.fetch.split.max_train_words),
-            "cut": config.fetch.split.max_train_words,
-            "length_means": means,
-            "chrf": ranking_chrf(data.table, data.ranking),
-            "rows": _table_rows(table),
-            "failed": table[table.status == "failed"][["variant", "error"]].values.tolist(),
-            "provenance": provenance(config, paths.root, data, infra.tracking.experiment),
-            "params": config.model_dump(),
-            "by_length": data.by_length,
-            "ranking": data.ranking,
-            "samples": sample_translations(data),
-            "convergence": convergence(data),
-            "late_gains": late_gains(data.curves, data.evaluated),
-        }
-        (tmp / "index.html").write_text(render_html(context), encoding="utf-8")
-        (tmp / "README.md").write_text(render_markdown(context), encoding="utf-8")
+        inputs = PageInputs(
+            title=config.report.title,
+            study=data.findings,
+            comparisons=data.comparisons,
+            table=data.table,
+            ranking=data.ranking,
+            headers=table_headers(cut),
+            rows=_table_rows(table),
+            failed=table[table.status == FAILED][["variant", "error"]].values.tolist(),
+            provenance=provenance(config, paths.root, data, infra.tracking.experiment),
+            params=config.model_dump(),
+            figures=figures,
+            heatmap_title=heatmap_title,
+            cut=cut,
+            length_means=means,
+            chrf=ranking_chrf(data.table, data.ranking),
+            samples=sample_translations(data),
+            late_gains=late_gains(data.curves, data.evaluated),
+        )
+        (tmp / "index.html").write_text(render_html(inputs), encoding="utf-8")
+        (tmp / "README.md").write_text(render_markdown(inputs), encoding="utf-8")
     log_report(infra, data.evaluation.eval_key, paths.out)
     return {
         "variants": len(data.table),
         "evaluated": len(data.evaluated),
-        "findings": {f["title"]: f["verdict"] for f in data.findings["findings"][main]},
-        "plateaued": f"{context['convergence']['plateaued']}/{len(data.evaluated)}",
+        "findings": data.findings.verdicts(data.main_decoding),
+        "plateaued": f"{convergence(data)['plateaued']}/{len(data.evaluated)}",
     }
 
 
-def forest_rows(comparisons: pd.DataFrame, findings: list[dict[str, Any]]) -> pd.DataFrame:
+def draw_figures(data: StudyData, means: pd.DataFrame, folder: Path) -> tuple[Figures, str]:
+    """Draw the report's figures into ``folder`` (each as SVG and PNG): BLEU by length,
+    the differences, the learning curves and the attention heatmaps, where the study has
+    the data for them. Returns which were drawn (:class:`~pipeline.report.pages.Figures`)
+    and the heatmaps' title."""
+    folder.mkdir()
+    drawn = Figures()
+    if not means.empty:
+        bleu_by_length_figure(means, data.by_length, folder / "bleu_by_length")
+        drawn = replace(drawn, bleu_by_length="figures/bleu_by_length")
+    main = data.main_decoding
+    shown = data.comparisons[data.comparisons.decoding == main] if len(data.comparisons) else []
+    if len(shown):
+        forest_figure(forest_rows(shown, data.findings.under(main)), folder / "differences")
+        drawn = replace(drawn, differences="figures/differences")
+    if len(data.curves) and "dev_bleu" in data.curves:
+        learning_curves_figure(data.curves, data.evaluated, folder / "learning_curves")
+        drawn = replace(drawn, learning_curves="figures/learning_curves")
+    panels, title = heatmap_panels(data)
+    if panels:
+        heatmap_comparison_figure(panels, title, folder / "attention_heatmaps")
+        drawn = replace(drawn, heatmaps="figures/attention_heatmaps")
+    return drawn, title
+
+
+def forest_rows(comparisons: pd.DataFrame, findings: Sequence[FindingRecord]) -> pd.DataFrame:
     """The forest plot's rows: ``comparisons`` with each finding part's ``margin`` and
     ``effect`` (``findings.json``) where the table lacks them, matched by finding and
     part label (exploratory rows have neither), and each row's ``scale`` (its finding's:
     BLEU or log BLEU; exploratory rows: BLEU)."""
-    parts = {(f["title"], p["label"]): p for f in findings for p in f.get("parts", [])}
-    scales = {f["title"]: f.get("scale", "bleu") for f in findings}
+    parts = {(f.title, p.label): p for f in findings for p in f.parts}
+    scales = {f.title: f.scale for f in findings}
     rows = comparisons.copy()
     own = [r.family != "exploratory" for r in rows.itertuples()]
     for column in ("margin", "effect"):
         given = rows[column] if column in rows else pd.Series(np.nan, index=rows.index)
         found = [
-            parts.get((r.finding, r.comparison), {}).get(column) if mine else None
+            getattr(parts.get((r.finding, r.comparison)), column, None) if mine else None
             for r, mine in zip(rows.itertuples(), own)
         ]
         rows[column] = given.where(given.notna(), pd.Series(found, index=rows.index, dtype=float))

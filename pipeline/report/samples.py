@@ -3,6 +3,8 @@ side by side with the source and the reference (short sentences and long ones)."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -12,7 +14,19 @@ from pipeline.report.data import StudyData
 from pipeline.scorers import catalogue
 
 
-def sample_translations(data: StudyData, per_bucket: int = 2, seed: int = 1) -> list[dict]:
+@dataclass(frozen=True)
+class Sample:
+    """One test sentence with the reference and each shown variant's translation."""
+
+    bucket: str  # its length bucket ("11-20")
+    training_range: str  # the bucket's: "inside" the training lengths or "beyond"
+    index: int  # its line in the test set
+    source: str
+    reference: str
+    outputs: tuple[tuple[str, str, str], ...]  # (scorer, variant, translation)
+
+
+def sample_translations(data: StudyData, per_bucket: int = 2, seed: int = 1) -> list[Sample]:
     """``per_bucket`` seeded test sentences of each length bucket with the outputs of
     the forward, lowest-seed variant of each scorer at the largest hidden size."""
     if data.raw_dir is None or not (data.raw_dir / "test.tsv").is_file():
@@ -43,19 +57,10 @@ def sample_translations(data: StudyData, per_bucket: int = 2, seed: int = 1) -> 
         chosen = np.sort(rng.choice(members, min(per_bucket, len(members)), replace=False))
         for i in chosen:
             source, reference = pairs[i]
-            samples.append(
-                {
-                    "bucket": bucket,
-                    "training_range": ranges.get(bucket, ""),
-                    "index": int(i),
-                    "source": source,
-                    "reference": reference,
-                    "outputs": [
-                        (row.scorer, row.variant, outputs[row.variant][i])
-                        for row in systems.itertuples()
-                    ],
-                }
+            shown = tuple(
+                (row.scorer, row.variant, outputs[row.variant][i]) for row in systems.itertuples()
             )
+            samples.append(Sample(bucket, ranges.get(bucket, ""), int(i), source, reference, shown))
     return samples
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pipeline.study.record import Design
 from pipeline.study.statistics import ALPHA, POWER, power_directional, power_equivalence
 
 
@@ -170,19 +171,20 @@ class Power:
     def testable(self) -> bool:
         return self.power >= POWER
 
-    def summary(self) -> dict:
-        return {
-            "finding": self.finding,
-            "effect": self.effect.value,
-            "claim": self.effect.claim,
-            "scale": self.effect.scale,
-            "seeds": self.seeds,
-            "planned_se": self.se,
-            "alpha": self.alpha,
-            "power": self.power,
-            "testable": self.testable,
-            "seeds_needed": self.seeds_needed,
-        }
+    def design(self) -> Design:
+        """The design as ``eval/findings.json`` holds it (a finding's ``design``)."""
+        return Design(
+            finding=self.finding,
+            effect=self.effect.value,
+            claim=self.effect.claim,
+            scale=self.effect.scale,
+            seeds=self.seeds,
+            planned_se=self.se,
+            alpha=self.alpha,
+            power=self.power,
+            testable=self.testable,
+            seeds_needed=self.seeds_needed,
+        )
 
 
 def planned_se(

@@ -50,6 +50,13 @@ from pipeline.study.declarations import (
     Power,
     design_power,
 )
+from pipeline.study.record import (
+    EffectOfInterest,
+    FindingRecord,
+    PartEstimate,
+    PartRecord,
+    finite,
+)
 from pipeline.study.statistics import (
     ALPHA,
     Contrast,
@@ -87,19 +94,12 @@ class Part:
     p_adjusted: float = float("nan")  # Bonferroni over the family
     state: str = "undecided"  # the verdict rule's reading of this part
 
-    def summary(self) -> dict[str, Any]:
+    def record(self) -> PartRecord:
+        """The part as ``eval/findings.json`` holds it."""
         e = self.estimate
-        out = {
-            "label": self.label,
-            "claim": self.claim,
-            "state": self.state,
-            "primary": self.primary,
-            "effect": self.effect,
-            "margin": self.margin,
-            "p_adjusted": self.p_adjusted,
-        }
+        estimate = None
         if e is not None:
-            out.update(
+            estimate = PartEstimate(
                 estimate=e.estimate,
                 low=e.low,
                 high=e.high,
@@ -113,7 +113,16 @@ class Part:
                 se_test=e.se_test,
                 df=e.df,
             )
-        return out
+        return PartRecord(
+            label=self.label,
+            claim=self.claim,
+            state=self.state,
+            primary=self.primary,
+            effect=finite(self.effect),
+            margin=self.margin,
+            p_adjusted=finite(self.p_adjusted),
+            estimate=estimate,
+        )
 
 
 @dataclass
@@ -134,27 +143,29 @@ class Finding:
     def main(self) -> Part | None:
         return self.parts[0] if self.parts else None
 
+    def record(self) -> FindingRecord:
+        """The finding as ``eval/findings.json`` holds it."""
+        effect = self.effect
+        declared = None
+        if effect is not None:
+            declared = EffectOfInterest(effect.claim, effect.value, effect.source, effect.why)
+        return FindingRecord(
+            title=self.title,
+            literature=self.literature,
+            criterion=self.criterion,
+            verdict=self.verdict,
+            why=self.why,
+            answer=self.answer,
+            scale=self.scale,
+            effect_of_interest=declared,
+            design=None if self.power is None else self.power.design(),
+            notes=tuple(self.notes),
+            parts=tuple(p.record() for p in self.parts),
+        )
+
     def summary(self) -> dict[str, Any]:
-        return {
-            "title": self.title,
-            "literature": self.literature,
-            "criterion": self.criterion,
-            "verdict": self.verdict,
-            "why": self.why,
-            "answer": self.answer,
-            "scale": self.scale,
-            "effect_of_interest": None
-            if self.effect is None
-            else {
-                "claim": self.effect.claim,
-                "value": self.effect.value,
-                "source": self.effect.source,
-                "why": self.effect.why,
-            },
-            "design": None if self.power is None else self.power.summary(),
-            "notes": self.notes,
-            "parts": [p.summary() for p in self.parts],
-        }
+        """:meth:`record`'s JSON (what ``eval/findings.json`` lists per decoding)."""
+        return self.record().to_json()
 
 
 # ------------------------------------------------------------------------- variants
@@ -312,90 +323,94 @@ HIDDEN_SIZE = Finding(
 )
 
 
+DECLARED: tuple[tuple[Finding, tuple[Spec, ...]], ...] = (
+    (ATTENTION, (_difference("additive - none", "> 0", ADDITIVE, NONE),)),
+    (
+        LENGTH,
+        (
+            _change(
+                "none's change minus additive's",
+                "< 0",
+                NONE,
+                ADDITIVE,
+                "inside",
+                "beyond",
+                scale="log_bleu",
+            ),
+            _change(
+                "additive's change",
+                "< 0",
+                ADDITIVE,
+                None,
+                "inside",
+                "beyond",
+                scale="log_bleu",
+                primary=False,
+            ),
+        ),
+    ),
+    (
+        REVERSAL,
+        (
+            _difference("none reversed - forward", "> 0", NONE_REV, NONE),
+            Spec(
+                "none's reversal gain minus additive's",
+                "> 0",
+                (
+                    (1, NONE_REV, "inside"),
+                    (-1, NONE, "inside"),
+                    (-1, ADDITIVE_REV, "inside"),
+                    (1, ADDITIVE, "inside"),
+                ),
+                primary=False,
+            ),
+        ),
+    ),
+    (SCORER, (_difference("additive - general", "equivalent", ADDITIVE, GENERAL),)),
+)
+"""The findings whose parts the grid does not change (the hidden-size finding's do:
+:func:`_hidden_size`), as templates: :func:`declare` hands out fresh copies."""
+
+
 def declare(grid: Grid) -> list[tuple[Finding, list[Spec]]]:
     """The study's findings and their parts, from the grid alone (before any number)."""
-    sizes = grid.sizes()
-    findings = [
-        (ATTENTION, [_difference("additive - none", "> 0", ADDITIVE, NONE)]),
-        (
-            LENGTH,
-            [
-                _change(
-                    "none's change minus additive's",
-                    "< 0",
-                    NONE,
-                    ADDITIVE,
-                    "inside",
-                    "beyond",
-                    scale="log_bleu",
-                ),
-                _change(
-                    "additive's change",
-                    "< 0",
-                    ADDITIVE,
-                    None,
-                    "inside",
-                    "beyond",
-                    scale="log_bleu",
-                    primary=False,
-                ),
-            ],
-        ),
-        (
-            REVERSAL,
-            [
-                _difference("none reversed - forward", "> 0", NONE_REV, NONE),
-                Spec(
-                    "none's reversal gain minus additive's",
-                    "> 0",
-                    (
-                        (1, NONE_REV, "inside"),
-                        (-1, NONE, "inside"),
-                        (-1, ADDITIVE_REV, "inside"),
-                        (1, ADDITIVE, "inside"),
-                    ),
-                    primary=False,
-                ),
-            ],
-        ),
-        (SCORER, [_difference("additive - general", "equivalent", ADDITIVE, GENERAL)]),
-    ]
-    size_specs, criterion = [], "two hidden sizes in the grid"
-    if len(sizes) >= 2:
-        small, large = sizes[0], sizes[-1]
-        if large >= 1024:  # Britz et al.'s test, where the grid reaches their dimensions
-            base = 256 if 256 in sizes else small
-            criterion = (
-                f"(additive - general) at h{large} minus the same at h{base}, "
-                "inside the training lengths"
-            )
-            size_specs = [
-                Spec(
-                    "(additive - general) large minus small",
-                    "> 0",
-                    (
-                        (1, Config("additive", hidden=large), "inside"),
-                        (-1, Config("general", hidden=large), "inside"),
-                        (-1, Config("additive", hidden=base), "inside"),
-                        (1, Config("general", hidden=base), "inside"),
-                    ),
-                )
-            ]
-        else:
-            criterion = (
-                f"additive at h{large} minus additive at h{small}, inside the training lengths"
-            )
-            size_specs = [
-                _difference(
-                    f"additive h{large} - h{small}",
-                    "> 0",
-                    Config("additive", hidden=large),
-                    Config("additive", hidden=small),
-                )
-            ]
-    hidden = Finding(HIDDEN_SIZE.title, HIDDEN_SIZE.literature, criterion)
-    findings.append((hidden, size_specs))
-    return [(_fresh(f), specs) for f, specs in findings]
+    findings = [*DECLARED, _hidden_size(grid.sizes())]
+    return [(_fresh(f), list(specs)) for f, specs in findings]
+
+
+def _hidden_size(sizes: list[int]) -> tuple[Finding, tuple[Spec, ...]]:
+    """The hidden-size finding for the grid's ``sizes``: Britz et al.'s interaction
+    (additive - general, largest minus 256) where the grid reaches 1024, else additive's
+    gain from the smallest size to the largest; no part with fewer than two sizes."""
+    if len(sizes) < 2:
+        criterion = "two hidden sizes in the grid"
+        return Finding(HIDDEN_SIZE.title, HIDDEN_SIZE.literature, criterion), ()
+    small, large = sizes[0], sizes[-1]
+    if large >= 1024:  # Britz et al.'s test, where the grid reaches their dimensions
+        base = 256 if 256 in sizes else small
+        criterion = (
+            f"(additive - general) at h{large} minus the same at h{base}, "
+            "inside the training lengths"
+        )
+        spec = Spec(
+            "(additive - general) large minus small",
+            "> 0",
+            (
+                (1, Config("additive", hidden=large), "inside"),
+                (-1, Config("general", hidden=large), "inside"),
+                (-1, Config("additive", hidden=base), "inside"),
+                (1, Config("general", hidden=base), "inside"),
+            ),
+        )
+    else:
+        criterion = f"additive at h{large} minus additive at h{small}, inside the training lengths"
+        spec = _difference(
+            f"additive h{large} - h{small}",
+            "> 0",
+            Config("additive", hidden=large),
+            Config("additive", hidden=small),
+        )
+    return Finding(HIDDEN_SIZE.title, HIDDEN_SIZE.literature, criterion), (spec,)
 
 
 def _fresh(finding: Finding) -> Finding:

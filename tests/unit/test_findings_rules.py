@@ -238,7 +238,7 @@ def test_each_finding_reports_effect_interval_power_and_an_answer(title):
     main = finding.main.estimate
     assert main.low < main.estimate < main.high and main.mde > 0 and main.seeds == 5
     assert finding.verdict in VERDICTS and finding.answer.startswith(title)
-    assert finding.summary()["design"]["seeds"]
+    assert finding.record().design.seeds
 
 
 def _size(gain):

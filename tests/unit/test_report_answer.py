@@ -5,10 +5,12 @@ when every variant shares it."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 
 from pipeline.report.findings import _updates, answer
+from pipeline.study.record import BaselineRatio, Family, StudyRecord
 
 
 def table(steps: list[int], caps: list[int]) -> pd.DataFrame:
@@ -34,10 +36,27 @@ def test_no_cap_is_named_when_variants_differ_or_have_none():
     assert _updates(table([], [])) == ""
 
 
+def study(**changes) -> StudyRecord:
+    """A study record without findings (what the answer and the design notes read)."""
+    base = StudyRecord(
+        main_decoding="beam",
+        reference=None,
+        reference_chosen_on="mean best dev BLEU",
+        reference_dev_bleu={},
+        excluded_from_confirmatory=(),
+        family=Family(5, "Bonferroni", 0.05, 0.99),
+        power_from="",
+        bootstrap="",
+        baseline_ratio=BaselineRatio(None, 13.93 / 21.50, "none over additive"),
+        decoding_dependent=(),
+        findings={},
+    )
+    return replace(base, **changes)
+
+
 def test_capped_variants_are_not_in_the_plateau_range():
     variants = table([3600, 4800, 9000], [9000] * 3)
-    study = {"excluded_from_confirmatory": ["v2"], "findings": {}, "main_decoding": "beam"}
-    text = answer(study, pd.DataFrame(), variants)
+    text = answer(study(excluded_from_confirmatory=("v2",)), variants)
     assert (
         "2 of 3 variants trained until the plateau rule stopped them, at 3,600-4,800 updates"
         in text
@@ -48,13 +67,16 @@ def test_capped_variants_are_not_in_the_plateau_range():
 def test_design_notes_state_the_family_and_the_baseline_against_the_paper():
     from pipeline.report.findings import design_notes
 
-    study = {
-        "family": {"size": 5, "interval_level": 0.99, "correction": "Bonferroni"},
-        "power_from": "an earlier run",
-        "bootstrap": "clusters (chapters) within length strata",
-        "baseline_ratio": {"measured": 0.42, "paper": 13.93 / 21.50},
-    }
-    notes = design_notes(study)
+    ratio = BaselineRatio(0.42, 13.93 / 21.50, "none over additive")
+    notes = design_notes(
+        study(
+            power_from="an earlier run",
+            bootstrap="clusters (chapters) within length strata",
+            baseline_ratio=ratio,
+        )
+    )
     assert "5 tests, each interval at 99.0% (Bonferroni)" in notes
+    assert "A-priori power from an earlier run." in notes
     assert "42% of additive" in notes and "65% of RNNsearch-30" in notes
-    assert design_notes({}) == ""
+    plain = design_notes(study())  # no power source, bootstrap or measured baseline named
+    assert plain == "Primary family: 5 tests, each interval at 99.0% (Bonferroni)."

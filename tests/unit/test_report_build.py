@@ -6,17 +6,30 @@ provenance say what they cover and where they came from. No training, no MLflow.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.artifacts import EvalFiles, EvaluationSummary, SweepRecord, VariantRecord
+from pipeline.artifacts import EvalFiles
 from pipeline.config import load_config
 from pipeline.config.infra import Infra
+from pipeline.records.evaluation import EvaluationSummary, LengthBucket, VariantMetrics
+from pipeline.records.sweep import SweepRecord
 from pipeline.report import render
 from pipeline.report.data import ReportPaths
-from tests.support import tiny_params, write_params
+from pipeline.study.record import (
+    BaselineRatio,
+    Design,
+    EffectOfInterest,
+    Family,
+    FindingRecord,
+    PartEstimate,
+    PartRecord,
+    StudyRecord,
+)
+from tests.support import tiny_params, variant_record, write_params
 
 BUCKETS = [("1-5", "inside"), ("6-10", "inside"), ("11+", "beyond")]
 SCORERS = ("none", "additive")
@@ -35,21 +48,16 @@ def write_study(root):
     for scorer in SCORERS:
         for seed in SEEDS:
             vid = variant_id(scorer, seed)
-            variants[vid] = VariantRecord(
+            variants[vid] = variant_record(
                 vid,
-                "finished",
-                f"hash-{vid}",
-                axes={"scorer": scorer, "seed": seed},
-                model={"scorer": scorer, "reverse_source": False, "hidden_size": 16},
-                train={"seed": seed, "max_steps": 100},
-                summary={
-                    "stop_reason": "early_stopping",
-                    "plateaued": True,
-                    "best_dev_bleu": 10.0 + seed,
-                    "steps": 50,
-                    "epochs_run": 2,
-                    "precision": "bf16" if (scorer, seed) == ("none", 1) else "fp32",
-                },
+                scorer,
+                seed,
+                model={"reverse_source": False},
+                train={"max_steps": 100},
+                best_dev_bleu=10.0 + seed,
+                steps=50,
+                epochs_run=2,
+                precision="bf16" if (scorer, seed) == ("none", 1) else "fp32",
             )
             base = 20.0 if scorer == "additive" else 5.0
             by_length = [
@@ -65,14 +73,23 @@ def write_study(root):
             ]
             files = EvalFiles(out / vid)
             files.folder.mkdir(parents=True)
-            metrics = {
-                "bleu": base + seed,
-                "bleu_low": base,
-                "bleu_high": base + 2,
-                "chrf": 30.0 + base + seed,
-                "by_length": by_length,
-            }
-            files.metrics.write_text(json.dumps(metrics))
+            buckets = tuple(LengthBucket(**entry) for entry in by_length)
+            metrics = VariantMetrics(
+                base + seed,
+                base,
+                base + 2,
+                30.0 + base + seed,
+                60,
+                "sig",
+                buckets,
+                0,
+                1,
+                60,
+                "cpu",
+                "fp32",
+                beam_size=5,
+            )
+            metrics.write(files.metrics)
             files.hypotheses.write_text("a b\n" * 60)
             source, target = ["▁a", "▁b", "</s>"], ["▁A", "▁B", "</s>"]
             with open(files.attention, "wb") as handle:
@@ -88,88 +105,22 @@ def write_study(root):
     SweepRecord("x", variants).write(models)
     EvaluationSummary("key", summary, [], "sig", [3], dict.fromkeys(variants, "fp32")).write(out)
     pd.DataFrame(curves).to_csv(out / "learning_curves.csv", index=False)
-    part = {
-        "label": "additive - none",
-        "claim": "> 0",
-        "state": "agrees",
-        "primary": True,
-        "effect": 2.0,
-        "margin": 0.0,
-        "p_adjusted": 0.01,
-        "estimate": 15.0,
-        "low": 14.0,
-        "high": 16.0,
-        "level": 0.975,
-        "p": 0.005,
-        "mde": 1.0,
-        "seeds": 2,
-        "per_seed": {"additive-fwd-h16": {"1": 21.0, "2": 22.0}, "none-fwd-h16": {"1": -6.0}},
-    }
-    scorer = dict(
-        part,
-        label="additive - none, all",
-        claim="equivalent",
-        state="equivalent",
-        margin=0.5,
-        effect=None,
-        estimate=0.1,
-        low=-0.2,
-        high=0.3,
-    )
-    declared = {"claim": "> 0", "value": 2.0, "source": "A paper.", "why": "its gain"}
-    design = {"power": 0.9, "seeds": {"additive-fwd-h16": 2, "none-fwd-h16": 2}, "seeds_needed": 2}
-    findings = [
-        {
-            "title": "Attention",
-            "literature": "p",
-            "criterion": "c",
-            "verdict": "agrees",
-            "why": "w",
-            "answer": "Attention: agrees with the literature.",
-            "scale": "bleu",
-            "effect_of_interest": declared,
-            "design": design,
-            "notes": [],
-            "parts": [part],
-        },
-        {
-            "title": "Scorer",
-            "literature": "p",
-            "criterion": "c",
-            "verdict": "equivalent",
-            "why": "w",
-            "answer": "",
-            "scale": "log_bleu",
-            "effect_of_interest": None,
-            "design": None,
-            "notes": ["A note."],
-            "parts": [scorer],
-        },
-    ]
-    (out / "findings.json").write_text(
-        json.dumps(
-            {
-                "main_decoding": "beam",
-                "reference": "additive",
-                "excluded_from_confirmatory": [],
-                "decoding_dependent": [],
-                "findings": {"beam": findings},
-            }
-        )
-    )
+    findings = study_findings()
+    findings.write(out / "findings.json")
     rows = []
-    for f in findings:
-        for p in f["parts"]:
+    for f in findings.main:
+        for p in f.parts:
+            e = p.estimate
             rows.append(
                 {
                     "family": "primary",
-                    "finding": f["title"],
-                    "comparison": p["label"],
-                    "name": p["label"],
-                    "margin": p["margin"],
+                    "finding": f.title,
+                    "comparison": p.label,
+                    "name": p.label,
+                    "margin": p.margin,
                     "decoding": "beam",
-                    **{k: p[k] for k in ("estimate", "low", "high", "p", "mde", "seeds")},
-                    "per_seed": json.dumps(p["per_seed"]),
+                    **{k: getattr(e, k) for k in ("estimate", "low", "high", "p", "mde", "seeds")},
+                    "per_seed": json.dumps(e.per_seed),
                 }
             )
     pd.DataFrame(rows).to_csv(out / "comparisons.csv", index=False)
@@ -194,6 +145,61 @@ def write_study(root):
     ]
     pd.DataFrame(ranking).to_csv(out / "ranking.csv", index=False)
     return models, out
+
+
+def study_findings() -> StudyRecord:
+    """eval/findings.json: an agreeing attention finding with its declared effect and
+    design, and an equivalent scorer finding on log BLEU with a note and neither."""
+    per_seed = {"additive-fwd-h16": {"1": 21.0, "2": 22.0}, "none-fwd-h16": {"1": -6.0}}
+    estimate = PartEstimate(15.0, 14.0, 16.0, 0.975, 0.005, 1.0, 2, per_seed, 0.5, 0.4, 0.3, 8.0)
+    part = PartRecord("additive - none", "> 0", "agrees", True, 2.0, 0.0, 0.01, estimate)
+    scorer = replace(
+        part,
+        label="additive - none, all",
+        claim="equivalent",
+        state="equivalent",
+        margin=0.5,
+        effect=None,
+        estimate=replace(estimate, estimate=0.1, low=-0.2, high=0.3),
+    )
+    seeds = {"additive-fwd-h16": 2, "none-fwd-h16": 2}
+    attention = FindingRecord(
+        title="Attention",
+        literature="p",
+        criterion="c",
+        verdict="agrees",
+        why="w",
+        answer="Attention: agrees with the literature.",
+        scale="bleu",
+        effect_of_interest=EffectOfInterest("> 0", 2.0, "A paper.", "its gain"),
+        design=Design("Attention", 2.0, "> 0", "bleu", seeds, 0.5, 0.025, 0.9, True, 2),
+        notes=(),
+        parts=(part,),
+    )
+    equivalent = replace(
+        attention,
+        title="Scorer",
+        verdict="equivalent",
+        answer="",
+        scale="log_bleu",
+        effect_of_interest=None,
+        design=None,
+        notes=("A note.",),
+        parts=(scorer,),
+    )
+    return StudyRecord(
+        main_decoding="beam",
+        reference="additive",
+        reference_chosen_on="mean best dev BLEU over the seeds every candidate has",
+        reference_dev_bleu={"additive": 12.5, "none": 11.5},
+        excluded_from_confirmatory=(),
+        family=Family(2, "Bonferroni", 0.05, 0.975),
+        power_from="an earlier run",
+        bootstrap="sentences within length strata",
+        baseline_ratio=BaselineRatio(0.3, 13.93 / 21.50, "none over additive"),
+        decoding_dependent=(),
+        findings={"beam": (attention, equivalent)},
+    )
 
 
 @pytest.fixture
@@ -227,6 +233,11 @@ def test_the_report_is_built_from_the_newer_findings(report):
     )
     assert "Effect of interest, declared before the run: +2 BLEU. A paper." in readme
     assert "\nA note.\n" in readme
+    copied = StudyRecord.load(report / "findings.json")  # what the README's results quote
+    assert copied == study_findings()
+    assert (report / "findings.json").read_bytes() == (
+        report.parent / "eval" / "findings.json"
+    ).read_bytes()
     page = (report / "index.html").read_text()
     assert "<span class='v-equivalent'>equivalent</span>" in page
     # the table's status is the record's (finished | failed); evaluated is its own column

@@ -13,6 +13,7 @@ from matplotlib.collections import PolyCollection
 
 from pipeline.report import figures
 from pipeline.report.render import forest_rows
+from pipeline.study.record import FindingRecord, PartRecord
 
 
 @pytest.fixture
@@ -160,14 +161,17 @@ def comparisons() -> pd.DataFrame:
     )
 
 
+def _finding(title: str, label: str, effect, margin: float, scale: str = "bleu"):
+    """A finding with one part, as far as the forest plot reads it (label, effect of
+    interest, margin, the finding's scale)."""
+    part = PartRecord(label, "> 0", "agrees", True, effect, margin, None)
+    return FindingRecord(title, "", "", "agrees", "", "", scale, None, None, (), (part,))
+
+
 FINDINGS = [
-    {"title": "Attention", "parts": [{"label": "additive - none", "effect": 2.0, "margin": 0.0}]},
-    {"title": "Scorer", "parts": [{"label": "additive - general", "effect": None, "margin": 0.8}]},
-    {
-        "title": "Length",
-        "scale": "log_bleu",
-        "parts": [{"label": "additive's change", "effect": None, "margin": 0.0}],
-    },
+    _finding("Attention", "additive - none", 2.0, 0.0),
+    _finding("Scorer", "additive - general", None, 0.8),
+    _finding("Length", "additive's change", None, 0.0, scale="log_bleu"),
 ]
 
 

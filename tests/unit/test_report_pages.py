@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -21,66 +22,87 @@ from pipeline.report.findings import (
     rank_headers,
     ranking_chrf,
     ranking_rows,
-    verdict_class,
 )
-from pipeline.report.pages import render_html, render_markdown, variants_caption
+from pipeline.report.pages import (
+    Figures,
+    PageInputs,
+    render_html,
+    render_markdown,
+    variants_caption,
+)
 from pipeline.report.render import PIPELINE_OUTPUTS, commit_state, table_headers
+from pipeline.report.writers import verdict_class
+from pipeline.study.record import (
+    BaselineRatio,
+    Design,
+    EffectOfInterest,
+    Family,
+    FindingRecord,
+    PartEstimate,
+    PartRecord,
+    StudyRecord,
+)
 
 
-def finding(title: str, verdict: str, answer: str | None = None, effect=None) -> dict:
-    """A finding as ``eval/findings.json`` holds it (``pipeline.study.findings``)."""
-    part = {
-        "label": f"{title.lower()} part",
-        "claim": "> 0",
-        "state": verdict,
-        "primary": True,
-        "effect": effect,
-        "margin": 0.0,
-        "p_adjusted": 0.2,
-        "estimate": 0.4,
-        "low": -0.3,
-        "high": 1.1,
-        "level": 0.99,
-        "p": 0.1,
-        "mde": 1.2,
-        "seeds": 3,
-        "per_seed": {"a-fwd-h8": {"1": 10.3, "2": 10.4}, "b-fwd-h8": {"1": -9.9, "3": -10.0}},
-    }
-    found = {
-        "title": title,
-        "literature": "a paper",
-        "criterion": "a test",
-        "verdict": verdict,
-        "why": "a reason",
-        "scale": "bleu",
-        "effect_of_interest": None
-        if effect is None
-        else {"claim": "> 0", "value": effect, "source": "The paper, Table 1.", "why": "its gain"},
-        "design": {"power": 0.45, "seeds": {"a-fwd-h8": 2, "b-fwd-h8": 2}, "seeds_needed": 6},
-        "notes": [],
-        "parts": [part],
-    }
-    if answer is not None:
-        found["answer"] = answer
-    return found
+def finding(title: str, verdict: str, answer: str = "", effect=None) -> FindingRecord:
+    """A finding as ``eval/findings.json`` holds it (``pipeline.study.record``)."""
+    estimate = PartEstimate(
+        estimate=0.4,
+        low=-0.3,
+        high=1.1,
+        level=0.99,
+        p=0.1,
+        mde=1.2,
+        seeds=3,
+        per_seed={"a-fwd-h8": {"1": 10.3, "2": 10.4}, "b-fwd-h8": {"1": -9.9, "3": -10.0}},
+        se=0.3,
+        se_seed=0.2,
+        se_test=0.2,
+        df=12.0,
+    )
+    part = PartRecord(f"{title.lower()} part", "> 0", verdict, True, effect, 0.0, 0.2, estimate)
+    declared = None
+    if effect is not None:
+        declared = EffectOfInterest("> 0", effect, "The paper, Table 1.", "its gain")
+    seeds = {"a-fwd-h8": 2, "b-fwd-h8": 2}
+    design = Design(title, effect or 1.0, "> 0", "bleu", seeds, 0.5, 0.01, 0.45, False, 6)
+    return FindingRecord(
+        title=title,
+        literature="a paper",
+        criterion="a test",
+        verdict=verdict,
+        why="a reason",
+        answer=answer,
+        scale="bleu",
+        effect_of_interest=declared,
+        design=design,
+        notes=(),
+        parts=(part,),
+    )
 
 
-def study() -> dict:
-    beam = [
+def study(*findings: FindingRecord) -> StudyRecord:
+    beam = findings or (
         finding("Attention", "agrees", "Attention helps: +18 BLEU over none.", effect=2.0),
         finding("Scorer", "smaller than claimed", "Additive beats general by less than claimed."),
         finding("Reversal", "equivalent", "Reversing the source changes nothing that matters."),
         finding("Length", "inconclusive"),  # no answer: the title and verdict stand in
         finding("Hidden size", "not testable", ""),
         finding("Depth", "disagrees", "Deeper encoders translate worse, against the claim."),
-    ]
-    return {
-        "main_decoding": "beam",
-        "reference": "additive",
-        "excluded_from_confirmatory": [],
-        "decoding_dependent": [],
-        "findings": {"beam": beam},
-    }
+    )
+    return StudyRecord(
+        main_decoding="beam",
+        reference="additive",
+        reference_chosen_on="mean best dev BLEU",
+        reference_dev_bleu={"additive": 20.0},
+        excluded_from_confirmatory=(),
+        family=Family(len(beam), "Bonferroni", 0.05, 1 - 0.05 / len(beam)),
+        power_from="an earlier run",
+        bootstrap="sentences within length strata",
+        baseline_ratio=BaselineRatio(None, 13.93 / 21.50, "none over additive"),
+        decoding_dependent=(),
+        findings={"beam": tuple(beam)},
+    )
 
 
 def ranking() -> pd.DataFrame:
@@ -157,26 +179,22 @@ def variant_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def context(**changes) -> dict:
+def context(**changes) -> PageInputs:
     base = {
         "title": "Tiny study",
         "study": study(),
         "comparisons": comparisons(),
         "table": variant_table(),
-        "figures": {},
-        "heatmap_title": "",
         "headers": table_headers(30),
         "rows": [],
         "failed": [],
         "provenance": {"git commit": "abc1234def56 + uncommitted changes"},
         "params": {},
-        "length_means": pd.DataFrame(),
         "ranking": ranking(),
         "chrf": {"general": 44.0, "additive": 45.0},
-        "samples": [],
         "cut": 30,
     }
-    return {**base, **changes}
+    return PageInputs(**{**base, **changes})
 
 
 ANSWERS = [
@@ -231,7 +249,7 @@ def test_the_best_scorer_is_qualified_by_its_test_comparison_with_the_runner_up(
 def test_a_best_scorer_never_compared_with_the_runner_up_says_so():
     text = best_scorer(study(), ranking(), comparisons().iloc[:0])
     assert "It was not compared with general" in text and "significant" not in text
-    assert best_scorer({**study(), "reference": None}, ranking(), comparisons()) == ""
+    assert best_scorer(replace(study(), reference=None), ranking(), comparisons()) == ""
 
 
 def test_every_verdict_word_has_its_colour():
@@ -260,11 +278,10 @@ def test_each_finding_states_its_effect_of_interest_and_planned_power():
 
 
 def test_a_part_table_reads_an_equivalence_margin_and_a_log_scale():
-    equivalent = finding("Scorer", "equivalent")
-    equivalent["parts"][0].update(claim="equivalent", margin=2.0, effect=None)
-    equivalent["scale"] = "log_bleu"
-    study_ = {**study(), "findings": {"beam": [equivalent]}}
-    text = render_markdown(context(study=study_))
+    plain = finding("Scorer", "equivalent")
+    part = replace(plain.parts[0], claim="equivalent", margin=2.0, effect=None)
+    equivalent = replace(plain, parts=(part,), scale="log_bleu")
+    text = render_markdown(context(study=study(equivalent)))
     assert "| scorer part | equivalent (+-2.00 log BLEU) | +0.40 [-0.30, +1.10] log BLEU |" in text
 
 
@@ -365,7 +382,7 @@ def test_late_gains_measure_each_seeds_rise_over_the_plateau_window_before_its_s
 def test_the_report_shows_the_late_gains_and_names_the_largest_without_calling_it_converged():
     curves = pd.concat([_curve("none-s1", [1.0, 3.0, 4.0, 5.0, 7.0]), _curve("dot-s1", [9, 9, 9])])
     gains = late_gains(curves, _evaluated(("none-s1", "none", 1), ("dot-s1", "dot", 1)))
-    text = render_markdown(context(late_gains=gains, figures={"learning_curves": "f/lc"}))
+    text = render_markdown(context(late_gains=gains, figures=Figures(learning_curves="f/lc")))
     row = next(line for line in text.splitlines() if line.startswith("| none, forward, h8"))
     assert "+3.00" in row and "1,000" in row
     note = next(line for line in text.splitlines() if "the trainer's dev sample" in line)
