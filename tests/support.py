@@ -173,6 +173,7 @@ PLAIN_TRAINING = {
     "min_delta": 0.0,
     "min_learning_rate": 0.0,
     "bleu_progress_delta": None,
+    "converged_slope": None,
     "max_steps": 0,
     "eval_every_steps": 0,
     "curriculum_steps": 0,

@@ -262,6 +262,15 @@ class TrainConfig(Section):
     whose dev loss has flattened keeps training while its dev BLEU still rises, and its
     checkpoint is the model of the last evaluation that made progress in either
     (docs/budget.md, "Stopping rule")."""
+    converged_slope: float | None = Field(0.5, ge=0)
+    """Convergence, measured (None = off): the plateau rule stops a variant only once the
+    straight-line slope of its dev BLEU over the last ``converged_window`` updates is at
+    most this many BLEU per 1,000 updates; until then it trains on at the decayed rate
+    (the step cap still bounds it). 0.5: a configuration whose seeds still gain more is
+    still learning (docs/baseline.md)."""
+    converged_window: int = Field(2000, ge=1)
+    """Updates over which the convergence slope is fitted (with ``eval_every_steps`` 200,
+    eleven evaluations)."""
     early_stopping_metric: Literal["loss", "bleu"] = "loss"
     """Dev metric that selects the best checkpoint and drives the learning-rate decay and
     the plateau rule; ``loss``, the cross-entropy on all of dev, is smooth at any BLEU

@@ -7,7 +7,10 @@ the same steps to the same weights on a fast or a slow machine:
   plateau (:class:`Plateau`) count evaluations without an improvement of more than
   ``min_delta`` in the progress signal (:class:`ProgressSignal`);
 - the dev metric has plateaued (stop reason ``early_stopping``) after ``patience`` such
-  evaluations, or once the decays take the learning rate below ``min_learning_rate``;
+  evaluations, or once the decays take the learning rate below ``min_learning_rate``,
+  and only once dev BLEU has stopped rising (:class:`SlopeRule`: the straight-line slope
+  of dev BLEU over the last ``converged_window`` updates is at most ``converged_slope``
+  BLEU per 1,000 updates); until then training goes on at the decayed rate;
 - ``max_steps`` is a cap: a variant stopped by it has not plateaued and is flagged;
 - a NaN/inf loss or gradient fails the variant (:class:`DivergenceCheck`).
 
@@ -25,6 +28,44 @@ import torch
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from pipeline.config.params import TrainConfig
+
+
+@dataclass(frozen=True)
+class SlopeRule:
+    """Convergence, measured: dev BLEU has stopped rising when the least-squares slope of
+    the evaluations of the last ``window`` updates is at most ``max_slope`` BLEU per
+    1,000 updates. A history shorter than the window has not shown it. ``max_slope``
+    None: off (the plateau rule alone decides)."""
+
+    max_slope: float | None
+    window: int
+
+    def slope(self, steps: list[int], bleu: list[float]) -> float | None:
+        """BLEU per 1,000 updates over the last ``window`` updates; None when the
+        evaluations do not yet span the window (or are fewer than three)."""
+        if not steps or steps[-1] - steps[0] < self.window:
+            return None
+        start = steps[-1] - self.window
+        points = [(s, b) for s, b in zip(steps, bleu, strict=True) if s >= start]
+        if len(points) < 3:
+            return None
+        mean_s = sum(s for s, _ in points) / len(points)
+        mean_b = sum(b for _, b in points) / len(points)
+        spread = sum((s - mean_s) ** 2 for s, _ in points)
+        if spread == 0:
+            return None
+        return 1000 * sum((s - mean_s) * (b - mean_b) for s, b in points) / spread
+
+    def rising(self, steps: list[int], bleu: list[float]) -> bool:
+        """Dev BLEU has not been shown to stop rising (the variant must train on)."""
+        if self.max_slope is None:
+            return False
+        slope = self.slope(steps, bleu)
+        return slope is None or slope > self.max_slope
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> SlopeRule:
+        return cls(cfg.converged_slope, cfg.converged_window)
 
 
 @dataclass

@@ -54,7 +54,13 @@ from pipeline.train.state import (
     save_last,
     write_history,
 )
-from pipeline.train.stopping import DivergenceCheck, Plateau, make_scheduler, progress_signal
+from pipeline.train.stopping import (
+    DivergenceCheck,
+    Plateau,
+    SlopeRule,
+    make_scheduler,
+    progress_signal,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +159,7 @@ class Trainer:
         self.scheduler = make_scheduler(self.optimizer, self.cfg)
         self.signal = progress_signal(self.cfg)
         self.plateau = Plateau(self.cfg.patience, self.signal.threshold, mode="max")
+        self.slope_rule = SlopeRule.of(self.cfg)
         self._resumable = Resumable(
             self.model, self.optimizer, self.scheduler, self.ema, self.plateau, self.signal
         )
@@ -307,21 +314,39 @@ class Trainer:
             self.scheduler.step(value)
         self.plateau.update(value)
         floor = self.cfg.min_learning_rate
-        if not p.stop_reason and self.plateau.exhausted:
-            p.stop_reason = "early_stopping"
-        elif not p.stop_reason and floor and self._learning_rate() < floor:
-            logger.info(
-                "%s: learning rate %.3g below min_learning_rate %.3g: plateaued",
-                self.variant.id,
-                self._learning_rate(),
-                floor,
-            )
+        below_floor = bool(floor) and self._learning_rate() < floor
+        if not p.stop_reason and (self.plateau.exhausted or below_floor) and self._converged():
+            if below_floor and not self.plateau.exhausted:
+                logger.info(
+                    "%s: learning rate %.3g below min_learning_rate %.3g: plateaued",
+                    self.variant.id,
+                    self._learning_rate(),
+                    floor,
+                )
             p.stop_reason = "early_stopping"
         if end_of_epoch and not p.stop_reason:
             if p.epoch >= self.cfg.max_epochs:
                 p.stop_reason = "max_epochs"
             else:
                 p.epoch, p.batch_position = p.epoch + 1, 0
+
+    def _converged(self) -> bool:
+        """The plateau rule has fired: may the variant stop? Only once its dev BLEU has
+        stopped rising (:class:`~pipeline.train.stopping.SlopeRule`)."""
+        rows = self.progress.history
+        steps, bleu = [r.step for r in rows], [r.dev_bleu for r in rows]
+        if not self.slope_rule.rising(steps, bleu):
+            return True
+        slope = self.slope_rule.slope(steps, bleu)
+        logger.info(
+            "%s: plateau rule met at step %d, but dev BLEU still rises (%s BLEU per 1k "
+            "updates over the last %d): training on",
+            self.variant.id,
+            self.progress.step,
+            "not yet measurable" if slope is None else f"{slope:+.2f}",
+            self.slope_rule.window,
+        )
+        return False
 
     # ------------------------------------------------------------------ persistence
     def _save_last(self) -> None:
