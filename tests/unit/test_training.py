@@ -477,3 +477,39 @@ def test_output_bias_initialisation_follows_the_config(
     counts = torch.from_numpy(data.split("train").target_counts(bias.numel())).double() + 1
     unigram = (counts / counts.sum()).log()
     assert torch.allclose(bias, unigram, atol=1e-6) == (output_bias == "unigram")
+
+
+def test_the_slope_rule_measures_bleu_per_thousand_updates():
+    from pipeline.train.stopping import SlopeRule
+
+    rule = SlopeRule(max_slope=0.5, window=4)
+    steps = [1, 2, 3, 4, 5, 6]
+    assert rule.slope(steps[:3], [0, 1, 2]) is None  # the history spans less than the window
+    assert rule.slope(steps, [0, 1, 2, 3, 4, 5]) == pytest.approx(1000.0)
+    assert rule.slope(steps, [5, 5, 5, 5, 5, 5]) == 0.0
+    assert rule.rising(steps, [0, 1, 2, 3, 4, 5]) and not rule.rising(steps, [5] * 6)
+    assert rule.rising(steps[:3], [5, 5, 5])  # not yet shown flat: not converged
+    assert not SlopeRule(None, 4).rising(steps[:2], [0, 9])  # off: the plateau alone decides
+
+
+def test_a_variant_whose_dev_bleu_still_rises_trains_past_the_plateau_rule(
+    make_variant, tiny_tok_dir, tmp_path, monkeypatch
+):
+    """Dev loss flat from the start (the plateau rule fires after 2 evaluations), dev
+    BLEU rising by 1 per evaluation (1,000 per 1,000 updates) for 6 evaluations, then
+    flat: the variant stops only once the slope over the last 3 updates is at most 0.5
+    per 1,000."""
+    losses = iter([2.0] * 30)
+    scores = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0] + [6.0] * 24)
+    monkeypatch.setattr(training_dev, "dev_loss", lambda *args, **kwargs: next(losses))
+    monkeypatch.setattr(training_dev, "dev_bleu", lambda *args, **kwargs: next(scores))
+    plateau = dict(max_epochs=10, eval_every_steps=1, patience=2, min_delta=0.01, lr_decay=1.0)
+    alone = train_variant(make_variant(**plateau), tiny_tok_dir, tmp_path / "a").summary
+    assert alone.plateaued and alone.evaluations == 3
+    scores = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0] + [6.0] * 24)
+    losses = iter([2.0] * 30)
+    ruled = make_variant(**plateau, converged_slope=0.5, converged_window=3)
+    result = train_variant(ruled, tiny_tok_dir, tmp_path / "b").summary
+    # steps 6..9 flat: the fit over steps 6-9 has slope 0; steps 4-7 still rose
+    assert result.plateaued and result.stop_reason == "early_stopping"
+    assert result.evaluations == 9 and result.peak_dev_bleu == 6.0
