@@ -286,8 +286,9 @@ class TrainConfig(Section):
     """Competence-based curriculum (Platanios et al. 2019) over the first N optimizer
     steps, 0 = off: step t draws its batch from the shortest ``sqrt(t / N)`` share of the
     training targets (``pipeline.data.batching``); from step N on, shuffled epochs."""
-    dev_bleu_sentences: int = Field(300, ge=1)
-    """Dev sentences greedily decoded for dev BLEU each evaluation."""
+    dev_bleu_sentences: int = Field(600, ge=1)
+    """Dev sentences greedily decoded for dev BLEU each evaluation: all of the default
+    dev set, so that its noise does not decide the convergence rule's stop."""
     max_decode_ratio: float = Field(2.0, gt=0)
     """Decoding stops after ``ratio * source length + 10`` tokens."""
     precision: Literal["auto", "fp32", "bf16"] = "fp32"
