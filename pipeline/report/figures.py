@@ -101,7 +101,8 @@ def bleu_by_length_figure(means, by_length, path: Path) -> list[Path]:
         shown = by_length[same]
         ax.set_title(panel_title(shown, seeds_as="mean of seeds"), fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2, loc="best")
+        # below the panel, never over a curve (the baseline's runs along the bottom)
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.27))
     fig.tight_layout()
     return save_figure(fig, path, FORMATS)
 
