@@ -20,6 +20,7 @@ The trainer (:mod:`pipeline.train.trainer`) applies them after each evaluation;
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,6 +29,8 @@ import torch
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from pipeline.config.params import TrainConfig
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,23 @@ class SlopeRule:
             return False
         slope = self.slope(steps, bleu)
         return slope is None or slope > self.max_slope
+
+    def converged(self, variant_id: str, rows) -> bool:
+        """The plateau rule has fired on the history ``rows``: may the variant stop? Only
+        once its dev BLEU has stopped rising; else one INFO line says why it trains on."""
+        steps, bleu = [r.step for r in rows], [r.dev_bleu for r in rows]
+        if not self.rising(steps, bleu):
+            return True
+        slope = self.slope(steps, bleu)
+        logger.info(
+            "%s: plateau rule met at step %d, but dev BLEU still rises (%s BLEU per 1k "
+            "updates over the last %d): training on",
+            variant_id,
+            steps[-1] if steps else 0,
+            "not yet measurable" if slope is None else f"{slope:+.2f}",
+            self.window,
+        )
+        return False
 
     @classmethod
     def of(cls, cfg: TrainConfig) -> SlopeRule:

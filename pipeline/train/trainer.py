@@ -315,7 +315,11 @@ class Trainer:
         self.plateau.update(value)
         floor = self.cfg.min_learning_rate
         below_floor = bool(floor) and self._learning_rate() < floor
-        if not p.stop_reason and (self.plateau.exhausted or below_floor) and self._converged():
+        if (
+            not p.stop_reason
+            and (self.plateau.exhausted or below_floor)
+            and self.slope_rule.converged(self.variant.id, p.history)
+        ):
             if below_floor and not self.plateau.exhausted:
                 logger.info(
                     "%s: learning rate %.3g below min_learning_rate %.3g: plateaued",
@@ -329,24 +333,6 @@ class Trainer:
                 p.stop_reason = "max_epochs"
             else:
                 p.epoch, p.batch_position = p.epoch + 1, 0
-
-    def _converged(self) -> bool:
-        """The plateau rule has fired: may the variant stop? Only once its dev BLEU has
-        stopped rising (:class:`~pipeline.train.stopping.SlopeRule`)."""
-        rows = self.progress.history
-        steps, bleu = [r.step for r in rows], [r.dev_bleu for r in rows]
-        if not self.slope_rule.rising(steps, bleu):
-            return True
-        slope = self.slope_rule.slope(steps, bleu)
-        logger.info(
-            "%s: plateau rule met at step %d, but dev BLEU still rises (%s BLEU per 1k "
-            "updates over the last %d): training on",
-            self.variant.id,
-            self.progress.step,
-            "not yet measurable" if slope is None else f"{slope:+.2f}",
-            self.slope_rule.window,
-        )
-        return False
 
     # ------------------------------------------------------------------ persistence
     def _save_last(self) -> None:
