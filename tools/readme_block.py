@@ -17,10 +17,22 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.io import write_text
-from pipeline.report.findings import bleu_ci, ci
+from pipeline.report.findings import (
+    MDE_HEADER,
+    bleu_ci,
+    ci,
+    gate_rows,
+    gates_of,
+    lock_note,
+)
 from pipeline.study.record import StudyRecord
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+UNGATED = (
+    "These verdicts were judged without the baseline's gates and the design lock "
+    "(`reports/findings.json` records neither): read them with docs/budget.md, "
+    '"Evaluation and findings"; `dvc repro` judges the study under both.'
+)
 
 
 def render(root: Path) -> str:
@@ -33,7 +45,7 @@ def render(root: Path) -> str:
         f"{metrics['best_bleu_inside']:.2f} inside the training lengths, "
         f"{metrics['best_bleu_all']:.2f} on all lengths, mean over seeds).",
         "",
-        "| rank | scorer | seeds | test BLEU inside the training lengths [95% CI] |",
+        "| rank | scorer | seeds | test BLEU inside the training lengths [95% CI, unadjusted] |",
         "|---|---|---|---|",
     ]
     for r in ranking.itertuples():
@@ -41,17 +53,34 @@ def render(root: Path) -> str:
             f"| {r.rank} | {r.scorer} | {r.seeds} | "
             f"{bleu_ci(r.bleu_inside, r.low_inside, r.high_inside)} |"
         )
+    family, gated = study.family, bool(study.gates)
     lines += [
         "",
-        f"| finding | verdict ({main}) | greedy | effect, BLEU [95% CI] | MDE (Holm level) |",
-        "|---|---|---|---|---|",
+        f"| finding | verdict ({main}) | greedy | estimate [{family.describe()}] | scale "
+        f"| {MDE_HEADER} |" + (" gates |" if gated else ""),
+        "|---|---|---|---|---|---|" + ("---|" if gated else ""),
     ]
     greedy = study.verdicts("greedy")
     for f in study.main:
         e = f.main.estimate if f.main is not None else None
         effect = ci(e.estimate, e.low, e.high) if e is not None else "-"
+        if e is not None and abs(e.level - family.interval_level) > 1e-9:
+            effect += f" (at {e.level:.1%})"
         mde = f"{e.mde:.2f}" if e is not None else "-"
-        lines.append(f"| {f.title} | {f.verdict} | {greedy.get(f.title, '-')} | {effect} | {mde} |")
+        cells = [f.title, f.shown, greedy.get(f.title, "-"), effect, f.unit, mde]
+        lines.append("| " + " | ".join(cells + ([gates_of(f)] if gated else [])) + " |")
+    gates = gate_rows(study)
+    if gates:
+        lines += [
+            "",
+            "| baseline gate | declared threshold | measured [95% CI] | result | needed by |",
+            "|---|---|---|---|---|",
+            *(f"| {r[0]} | {r[2]} | {r[3]} | {r[4]} | {r[5]} |" for r in gates),
+        ]
+    if study.design_lock is not None:
+        lines += ["", lock_note(study)]
+    if not gated and study.design_lock is None:
+        lines += ["", UNGATED]
     return "\n".join(lines)
 
 

@@ -11,7 +11,9 @@ Outputs (``eval/``, swapped in whole when everything succeeded):
   history.
 - ``findings.json``, ``comparisons.csv``, ``ranking.csv``: the study's findings under beam
   search and under greedy decoding (:mod:`pipeline.study.findings`), every contrast with its
-  seed-aware interval, p-values and MDE, and the scorers ranked with intervals. Each
+  seed-aware interval, p-values and MDE, the baseline's gates, the design lock
+  (``models/design.json``, :mod:`pipeline.study.design`) against the design declared now,
+  and the scorers ranked with intervals. Each
   variant's folder also holds ``sentence_stats.npz`` (sacreBLEU's per-sentence statistics
   of both decodings) and ``hypotheses_greedy.txt``.
 
@@ -73,6 +75,7 @@ from pipeline.models.preflight import check_decoding
 from pipeline.records.sweep import SWEEP_FILE, SweepRecord, VariantRecord
 from pipeline.runtime.cluster import TaskResources, device_for, init_ray, ray_address, run_tasks
 from pipeline.scorers.plugins import loaded as loaded_plugins
+from pipeline.study.design import load_lock
 from pipeline.tracking.outbox import send_pending
 from pipeline.tracking.store import Tracker
 
@@ -95,7 +98,8 @@ def evaluate(config: Config, infra: Infra, paths: EvaluatePaths) -> dict[str, An
     evaluation = Evaluation(config, paths, sweep, test, scores, started)
     with atomic_dir(paths.out) as tmp:
         write_variants(tmp, decoded, scores)
-        study = study_findings(config, evaluation.evaluated, test, scores)
+        lock = load_lock(paths.models)  # models/design.json, written when training started
+        study = study_findings(config, evaluation.evaluated, test, scores, lock)
         study.write(tmp)
         curves = learning_curves(paths.models, trained)
         curves.to_csv(tmp / LEARNING_CURVES, index=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -148,13 +149,19 @@ def study_table(sweep: SweepRecord, summary: EvaluationSummary) -> pd.DataFrame:
 
 
 def verdict_counts(verdicts) -> dict[str, int]:
-    """How many findings got each verdict, keyed in snake_case (``smaller_than_claimed``):
-    every word of :data:`~pipeline.study.findings.VERDICTS` (0 when none got it, so
-    ``dvc exp show``'s columns stay the same between experiments), then any other word
-    found, so that no finding goes uncounted. All numeric."""
+    """How many findings got each verdict, keyed in snake_case (``smaller_than_claimed``,
+    ``claimed_direction_not_shown_to_reach_it``): every word of
+    :data:`~pipeline.study.findings.VERDICTS` (0 when none got it, so ``dvc exp show``'s
+    columns stay the same between experiments), then any other word found, so that no
+    finding goes uncounted. All numeric."""
     verdicts = list(verdicts)
     words = dict.fromkeys([*VERDICTS, *verdicts])
-    return {str(v).replace(" ", "_"): sum(x == v for x in verdicts) for v in words}
+    return {_snake(v): sum(x == v for x in verdicts) for v in words}
+
+
+def _snake(word: object) -> str:
+    """A verdict word as a metrics key: lower case, runs of other characters as ``_``."""
+    return re.sub(r"[^a-z0-9]+", "_", str(word).lower()).strip("_")
 
 
 def headline(table: pd.DataFrame, study: StudyFindings) -> tuple[dict, dict]:

@@ -17,7 +17,8 @@ from pipeline.evaluate.data import Scores, TestSet
 from pipeline.evaluate.metrics import Buckets
 from pipeline.io import atomic_path
 from pipeline.records.sweep import VariantRecord, variant_table
-from pipeline.study.declarations import PILOT
+from pipeline.study.declarations import PILOT, paper_baseline_ratio
+from pipeline.study.design import DesignCheck, DesignLock, check
 from pipeline.study.findings import (
     Finding,
     Grid,
@@ -26,7 +27,7 @@ from pipeline.study.findings import (
     comparisons_table,
     exploratory,
     judge,
-    paper_baseline_ratio,
+    measured_gates,
     ranking,
 )
 from pipeline.study.record import BaselineRatio, Family, StudyRecord, finite
@@ -49,6 +50,7 @@ class StudyFindings:
     baseline_ratio: float | None = None  # none's BLEU over additive's, inside the lengths
     clustered: bool = False  # the bootstrap drew chapters (within length buckets)
     train_cut: int | None = 30  # fetch.split.max_train_words
+    design: DesignCheck | None = None  # the design lock against the design declared now
 
     def decoding_dependent(self) -> list[str]:
         """Findings whose verdict differs between the decodings."""
@@ -58,10 +60,13 @@ class StudyFindings:
         return [t for t in verdicts[0] if len({v.get(t) for v in verdicts}) > 1]
 
     def family(self) -> Family:
-        """The primary family: its size, and the level of each interval in it."""
+        """The primary family: its size (confirmatory findings only), the level of each
+        interval in it, and the exploratory findings' primary parts and their level."""
         findings = next(iter(self.findings.values()), [])
-        size = sum(1 for f in findings for p in f.parts if p.primary)
-        return Family(size, "Bonferroni", ALPHA, 1 - ALPHA / max(size, 1))
+        size = sum(1 for f in findings for p in f.parts if p.primary and f.confirmatory)
+        left = sum(1 for f in findings for p in f.parts if p.primary and not f.confirmatory)
+        level = 1 - ALPHA / max(size + left, 1) if left else None
+        return Family(size, "Bonferroni", ALPHA, 1 - ALPHA / max(size, 1), left, level)
 
     def record(self) -> StudyRecord:
         """``eval/findings.json`` (:class:`~pipeline.study.record.StudyRecord`)."""
@@ -82,6 +87,10 @@ class StudyFindings:
             ),
             decoding_dependent=tuple(self.decoding_dependent()),
             findings={d: tuple(f.record() for f in fs) for d, fs in self.findings.items()},
+            gates={
+                d: tuple(g.record() for g in measured_gates(fs)) for d, fs in self.findings.items()
+            },
+            design_lock=None if self.design is None else self.design.record(),
         )
 
     def write(self, folder: Path) -> None:
@@ -116,11 +125,19 @@ def subsets(source_words: np.ndarray, buckets: Buckets, max_train_words: int | N
 
 
 def study_findings(
-    config: Config, variants: dict[str, VariantRecord], test: TestSet, scores: Scores
+    config: Config,
+    variants: dict[str, VariantRecord],
+    test: TestSet,
+    scores: Scores,
+    lock: DesignLock | None = None,
 ) -> StudyFindings:
     """Findings, exploratory comparisons and ranking for each decoding of ``scores``
     over the evaluated ``variants``. The test set's clusters (a chapter per sentence,
-    when the corpus has them) make the bootstrap draw whole chapters."""
+    when the corpus has them) make the bootstrap draw whole chapters. ``lock``: the
+    design locked when training started (``models/design.json``); without one every
+    finding is exploratory, and so is each whose declaration differs from the lock's
+    (:func:`pipeline.study.design.check`)."""
+    design = check(lock, config)
     stats, main, clusters = scores.stats, scores.main, test.clusters
     source_words, buckets = test.source_words, test.buckets
     table = variant_table(variants.values())[VARIANT_COLUMNS]
@@ -142,6 +159,7 @@ def study_findings(
             available,
             comparisons=config.evaluate.comparisons,
             train_cut=config.fetch.split.max_train_words,
+            design_status=design.status,
         )
         if decoding == main:
             ratio = baseline_ratio(estimator, grid)
@@ -161,4 +179,5 @@ def study_findings(
         ratio,
         clusters is not None,
         config.fetch.split.max_train_words,
+        design,
     )

@@ -9,13 +9,26 @@ import json
 import pandas as pd
 
 from pipeline.study.findings import Grid
-from pipeline.study.record import FindingRecord, PartRecord, StudyRecord
+from pipeline.study.record import FindingRecord, GateRecord, PartRecord, StudyRecord
 from pipeline.study.statistics import ALPHA, POWER, format_p
 
-VERDICT_HEADERS = [
-    *("finding", "verdict", "greedy", "estimate [interval]", "effect of interest"),
-    *("power at it (planned)", "MDE", "seeds", "why"),
+MDE_HEADER = "MDE (at the interval's level)"
+GATE_HEADERS = [
+    *("gate", "measured", "declared threshold", "measured [95% CI]", "result"),
+    *("needed by", "threshold's source"),
 ]
+
+
+def verdict_headers(study: StudyRecord) -> list[str]:
+    """The verdict table's headers, the estimate's stating the level of its interval and
+    the correction ("estimate [99.0% CI, Bonferroni over 5]")."""
+    return [
+        *("finding", "verdict", "greedy", f"estimate [{study.family.describe()}]", "scale"),
+        *("effect of interest", "power at it (planned)", MDE_HEADER, "seeds", "gates"),
+        "why",
+    ]
+
+
 PART_HEADERS = [
     *("contrast", "claim", "estimate [interval]", "level", "per seed (configuration: seeds)"),
     *("p", "p adjusted", "MDE", "reading"),
@@ -36,27 +49,44 @@ def rank_headers(cut: int | None) -> list[str]:
     return ["rank", "scorer", "seeds", *bleu, "chrF all lengths (mean of seeds)", "plateaued"]
 
 
-EXPLORE_HEADERS = ["comparison", "estimate [95% CI]", "seeds", "p (unadjusted)", "MDE"]
+EXPLORE_HEADERS = [
+    *("comparison", "estimate, BLEU [95% CI, unadjusted]", "seeds", "p (unadjusted)"),
+    MDE_HEADER,
+]
 
 METHOD = (
-    "Each finding's contrast, claim and smallest effect of interest were declared before "
-    "the run. A contrast is a weighted sum of configurations' mean scores over their seeds "
-    "(BLEU, or log BLEU where a finding says so). Its interval covers training seeds and "
-    "test sentences: the seed variance, pooled over every configuration with two or more "
-    "seeds (a configuration with one seed borrows it), plus a paired bootstrap over test "
-    "sentences stratified by length bucket; Student's t with Welch-Satterthwaite degrees of "
-    "freedom. The primary parts of all findings form one family: each primary interval is "
-    f"at 1 - {ALPHA:g}/m (Bonferroni, m primary parts), so the verdicts together err with "
-    f"probability at most {ALPHA:g}; secondary parts and exploratory comparisons are at "
-    f"{1 - ALPHA:.0%}. With [L, U] the primary interval, signed so that the claimed "
-    "direction is positive, and E the effect of interest: agrees when L > 0 and U >= E; "
-    "smaller than claimed when U < E; disagrees when U < 0 (for an equivalence claim: the "
-    "interval lies wholly outside the margin); equivalent when it lies inside the margin; "
-    "inconclusive otherwise; not testable when the grid lacks the variants or the design's "
-    f"power at E, computed before the run from the grid and an earlier run's variance "
-    f"components, is below {POWER:.0%}. MDE: the smallest effect the design detects with "
-    f"{POWER:.0%} power at the interval's level. Variants that stopped before their "
-    "plateau (at the step cap) are kept out of these tests. The training settings "
+    "Each finding's contrast, claim and smallest effect of interest, its margin and the "
+    "gates its claim needs were declared before the run, and the design was locked when "
+    "training started (models/design.json: its hash, the code's commit, when the design "
+    "was declared and when training started). A finding whose declaration is not the "
+    "locked one, or whose study locked none, is exploratory: it keeps its reading but is "
+    "left out of the family. A contrast is a weighted sum of configurations' mean scores "
+    "over their seeds (BLEU, or log BLEU where a finding says so). Its interval covers "
+    "training seeds and test sentences: the seed variance, pooled over every configuration "
+    "with two or more seeds (a configuration with one seed borrows it), plus a paired "
+    "bootstrap over test sentences stratified by length bucket; Student's t with "
+    "Welch-Satterthwaite degrees of freedom. The primary parts of the confirmatory findings "
+    f"form one family: each primary interval is at 1 - {ALPHA:g}/m (Bonferroni, m primary "
+    f"parts), so their verdicts together err with probability at most {ALPHA:g}; "
+    f"secondary parts and exploratory comparisons are at {1 - ALPHA:.0%}. With [L, U] the "
+    "primary interval, signed so that the claimed direction is positive, and E the effect "
+    "of interest: 'claimed direction, at least the effect of interest' when L > 0 and "
+    "L >= E; 'claimed direction, not shown to reach it' when L > 0 and L < E <= U; "
+    "'agrees with the literature' for that interval only where E is the paper's, the model "
+    "tested is the paper's and the gates pass; 'smaller than claimed' when U < E; "
+    "'opposite direction' when U < 0; 'equivalent' (or 'not equivalent') when the interval "
+    "lies inside (wholly outside) the margin; 'inconclusive' otherwise. A claim about the "
+    "no-attention baseline's own behaviour needs its gates: that it uses its source (its "
+    "test BLEU inside the training lengths above a declared floor) and reaches a declared "
+    "share of additive attention's BLEU there, each shown by the lower end of its 95% "
+    "interval; where a gate fails the finding is 'not testable' (the baseline is at the "
+    "floor), and Attention keeps its direction ('claimed direction, size not compared') "
+    "but its size is not compared with the paper's. 'Not testable' also when the grid "
+    "lacks the variants or the design's power at E, computed before the run from the grid "
+    f"and an earlier run's variance components, is below {POWER:.0%}. An effect or margin "
+    "no paper gives is labelled 'declared here'. MDE: the smallest effect the design "
+    f"detects with {POWER:.0%} power at the interval's level. Variants that stopped before "
+    "their plateau (at the step cap) are kept out of these tests. The training settings "
     "(batch size, learning rate and its schedule, dropout, curriculum, the stopping "
     "rule) were tuned on additive attention "
     'and the no-attention model only (docs/budget.md, "Decisions"); the other scorers '
@@ -73,6 +103,13 @@ def design_notes(study: StudyRecord) -> str:
         f"Primary family: {family.size} tests, each interval at "
         f"{family.interval_level:.1%} ({family.correction})."
     ]
+    if family.exploratory and family.exploratory_level is not None:
+        notes.append(
+            f"Left out of it as exploratory: {family.exploratory} primary part(s), each "
+            f"interval at {family.exploratory_level:.1%} (the level the declared design "
+            "gave them)."
+        )
+    notes.append(lock_note(study))
     if study.power_from:
         notes.append(f"A-priori power from {study.power_from}.")
     if study.bootstrap:
@@ -85,6 +122,86 @@ def design_notes(study: StudyRecord) -> str:
             f"(Table 1)."
         )
     return " ".join(notes)
+
+
+def lock_note(study: StudyRecord) -> str:
+    """The design lock in one or two sentences: hash, commit, when the design was
+    declared and when training started, and whether the one preceded the other."""
+    lock = study.design_lock
+    if lock is None:
+        return "This findings.json records no design lock."
+    if not lock.locked:
+        return f"Design {lock.current_hash[:12]}: {lock.status}."
+    dirty = " with uncommitted changes" if lock.dirty else ""
+    preceded = {True: "before", False: "after", None: "at an unknown time relative to"}
+    return (
+        f"Design {lock.hash[:12]} locked at commit {(lock.commit or 'unknown')[:12]}{dirty}; "
+        f"declared {lock.declared_at or 'at an unknown time'} ({lock.declared_from}), "
+        f"{preceded[lock.preceded]} training started ({lock.training_started}); "
+        f"{lock.status}."
+    )
+
+
+def lock_provenance(study: StudyRecord) -> dict[str, object]:
+    """The design lock as the report's provenance lists it."""
+    lock = study.design_lock
+    if lock is None:
+        return {"status": "not recorded in findings.json"}
+    answer = {True: "yes", False: "no", None: "unknown"}
+    return {
+        "hash (sha256 of the design's canonical JSON)": lock.hash or "none: not locked",
+        "hash now": lock.current_hash,
+        "commit": (lock.commit or "unknown") + (" + uncommitted changes" if lock.dirty else ""),
+        "declared at": lock.declared_at or "unknown",
+        "declared at, found from": lock.declared_from or "-",
+        "training started": lock.training_started or "unknown",
+        "declared before training started": answer[lock.preceded],
+        "status": lock.status,
+    }
+
+
+def gate_value(gate: GateRecord, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if gate.unit == "BLEU" else f"{value:.3f}"
+
+
+def gate_rows(study: StudyRecord) -> list[list[str]]:
+    """One row per gate under the main decoding: what it measures, the declared
+    threshold, the measure with its interval, the result, the findings that need it."""
+    needs: dict[str, list[str]] = {}
+    for f in study.main:
+        for g in f.gates:
+            scope = "" if f.gated == "claim" else " (its size only)"
+            needs.setdefault(g.name, []).append(f.title + scope)
+    rows = []
+    for g in study.gates.get(study.main_decoding, ()):
+        measured = "-"
+        if g.estimate is not None:
+            measured = (
+                f"{gate_value(g, g.estimate)} [{gate_value(g, g.low)}, {gate_value(g, g.high)}]"
+            )
+        unit = " BLEU" if g.unit == "BLEU" else " of additive's BLEU"
+        rows.append(
+            [
+                g.name,
+                g.what,
+                f"at least {gate_value(g, g.threshold)}{unit}",
+                measured,
+                g.result,
+                ", ".join(needs.get(g.name, [])) or "-",
+                g.source,
+            ]
+        )
+    return rows
+
+
+def gates_of(finding: FindingRecord) -> str:
+    """ "pass", "fail (claim)", "-": the gates a finding needs, in one cell."""
+    if not finding.gates:
+        return "-"
+    result = "pass" if all(g.result == "pass" for g in finding.gates) else "fail"
+    return f"{result} ({'claim' if finding.gated == 'claim' else 'size only'})"
 
 
 def ci(estimate: float, low: float, high: float, digits: int = 2) -> str:
@@ -105,6 +222,12 @@ def effect_of_interest(finding: FindingRecord) -> str:
     return f"{declared.value:+g} {finding.unit}"
 
 
+def _where_from(finding: FindingRecord) -> str:
+    """ " (declared here)" for an effect or margin no paper gives."""
+    declared = finding.effect_of_interest
+    return " (declared here)" if declared is not None and not declared.published else ""
+
+
 def planned_power(finding: FindingRecord) -> str:
     """The design's a-priori power at the effect of interest: "45%", "-"."""
     return f"{finding.design.power:.0%}" if finding.design is not None else "-"
@@ -121,17 +244,21 @@ def verdict_rows(study: StudyRecord) -> list[list[str]]:
         e = main.estimate if main is not None else None
         estimate = "-"
         if e is not None:
-            estimate = f"{ci(e.estimate, e.low, e.high)} {f.unit} ({e.level:.1%})"
+            estimate = ci(e.estimate, e.low, e.high)
+            if abs(e.level - study.family.interval_level) > 1e-9:
+                estimate += f" (at {e.level:.1%}{'' if f.confirmatory else ', exploratory'})"
         rows.append(
             [
                 f.title,
-                f.verdict,
+                f.shown,
                 other.get(f.title, "-"),
                 estimate,
+                f.unit,
                 effect_of_interest(f),
                 planned_power(f),
                 f"{e.mde:.2f}" if e is not None else "-",
                 str(e.seeds) if e is not None else "-",
+                gates_of(f),
                 f.why,
             ]
         )
@@ -231,7 +358,10 @@ def design_lines(finding: FindingRecord) -> list[str]:
     lines = []
     declared, design = finding.effect_of_interest, finding.design
     if declared is not None:
-        words = [f"Effect of interest, declared before the run: {effect_of_interest(finding)}."]
+        words = [
+            f"Effect of interest, declared before the run: {effect_of_interest(finding)}"
+            f"{_where_from(finding)}."
+        ]
         if declared.source:
             words.append(declared.source)
         if declared.why:
@@ -250,13 +380,37 @@ def design_lines(finding: FindingRecord) -> list[str]:
             f"Design, before the run: power {design.power:.0%} at that effect "
             f"(seeds {seeds or '-'}{more})."
         )
+    if finding.gates:
+        scope = "its claim" if finding.gated == "claim" else "the comparison of its size"
+        lines.append(
+            f"Gates {scope} needs, declared before the run: "
+            + "; ".join(_gate_words(g) for g in finding.gates)
+            + "."
+        )
+    if not finding.confirmatory:
+        change = finding.change
+        lines.append(
+            f"Exploratory: {finding.exploratory}"
+            + (f" ({'; '.join(change.changes)})" if change is not None and change.changes else "")
+            + "."
+        )
     return lines + list(finding.notes)
+
+
+def _gate_words(g: GateRecord) -> str:
+    measured = "not measured"
+    if g.estimate is not None:
+        measured = (
+            f"{gate_value(g, g.estimate)} [{gate_value(g, g.low)}, {gate_value(g, g.high)}] "
+            f"at {g.level:.0%}"
+        )
+    return f"{g.name}, at least {gate_value(g, g.threshold)} ({measured}): {g.result}"
 
 
 def answers(study: StudyRecord) -> list[str]:
     """What the study found, in words: each finding's ``answer`` under the main
     decoding ("<title>: <verdict>" where a finding has none)."""
-    return [f.answer or f"{f.title}: {f.verdict}" for f in study.main]
+    return [f.answer or f"{f.title}: {f.shown}" for f in study.main]
 
 
 def best_scorer(

@@ -27,21 +27,23 @@ from pipeline.report.blocks import (
 from pipeline.report.figures import seed_span
 from pipeline.report.findings import (
     EXPLORE_HEADERS,
+    GATE_HEADERS,
     LATE_GAIN_HEADERS,
     METHOD,
     PART_HEADERS,
-    VERDICT_HEADERS,
     answer,
     answers,
     best_scorer,
     design_lines,
     design_notes,
     exploratory_rows,
+    gate_rows,
     late_gain_note,
     lengths,
     part_rows,
     rank_headers,
     ranking_rows,
+    verdict_headers,
     verdict_rows,
 )
 from pipeline.report.samples import Sample
@@ -175,12 +177,22 @@ _LENGTH_NOTE = (
     "the training cut, where every model extrapolates. After Bahdanau et al. (2014), Fig. 2."
 )
 _VERDICT_NOTE = (
-    "Estimate: the main contrast of each finding, mean over seeds, with its interval over "
-    "seeds and sentences at the level given (Bonferroni over the primary parts of all "
-    "findings). Effect of interest: the smallest effect that matters, declared before the "
-    "run; power: the design's at that effect, computed before the run (below {power} makes "
-    "a finding not testable); MDE: the smallest effect the design detects with {power} "
-    "power. Method: Findings in detail."
+    "Estimate: the main contrast of each finding, mean over seeds, on the scale given, "
+    "with its interval over seeds and sentences at the level in the header (Bonferroni over "
+    "the primary parts of the confirmatory findings; a row at another level says so). "
+    "Effect of interest: the smallest effect that matters, declared before the run; power: "
+    "the design's at that effect, computed before the run (below {power} makes a finding "
+    "not testable); MDE: the smallest effect the design detects with {power} power at the "
+    "interval's level; gates: whether the baseline passed the gates the claim (or only the "
+    "comparison of its size) needs. Method: Findings in detail."
+)
+_GATE_NOTE = (
+    "Gates on the no-attention baseline (source forward, the findings' hidden size), "
+    "declared before the run and measured on the test sentences inside the training "
+    "lengths: a gate passes when the lower end of its 95% interval (seeds and sentences; "
+    "the share as a ratio of mean BLEU, from log BLEU) reaches the declared threshold. A "
+    "claim about the baseline's own behaviour is not testable where a gate it needs fails; "
+    "for Attention only the comparison of its size with the paper's needs them."
 )
 _FOREST_NOTE = (
     "Each contrast's mean over seeds with its interval (seeds and sentences; primary parts "
@@ -262,8 +274,16 @@ def _opening(c: PageInputs) -> Section:
 
 def _verdicts(c: PageInputs) -> Section:
     note = f"Verdicts under {c.study.main_decoding} decoding, then greedy. {_verdict_note()}"
-    table = _table(VERDICT_HEADERS, verdict_rows(c.study), verdict_columns=(1, 2))
-    return _section("verdicts", "Verdicts", [table, Paragraph(note, style="caption")])
+    table = _table(verdict_headers(c.study), verdict_rows(c.study), verdict_columns=(1, 2))
+    blocks: list[Block] = [table, Paragraph(note, style="caption")]
+    gates = gate_rows(c.study)
+    if gates:
+        blocks += [
+            Heading("Baseline gates", level=3),
+            _table(GATE_HEADERS, gates, verdict_columns=(4,)),
+            Paragraph(_GATE_NOTE, style="caption"),
+        ]
+    return _section("verdicts", "Verdicts", blocks)
 
 
 def _ranking(c: PageInputs) -> Section | None:
@@ -302,7 +322,7 @@ def _finding(f: FindingRecord) -> list[Block]:
     """One finding: its verdict, answer, the literature's claim, the test stated in
     advance, its design, and its parts (or why it has none)."""
     return [
-        Heading(f.title, level=3, verdict=f.verdict),
+        Heading(f.title, level=3, verdict=f.shown),
         *([Paragraph(f.answer, lead="Answer.")] if f.answer else []),
         Paragraph(f.literature, lead="Literature."),
         Paragraph(f.criterion, lead="Test, stated in advance."),

@@ -30,7 +30,7 @@ from pipeline.report.figures import (
     heatmap_comparison_figure,
     learning_curves_figure,
 )
-from pipeline.report.findings import late_gains, lengths, ranking_chrf
+from pipeline.report.findings import late_gains, lengths, lock_provenance, ranking_chrf
 from pipeline.report.pages import Figures, PageInputs, render_html, render_markdown
 from pipeline.report.samples import sample_translations
 from pipeline.scorers import catalogue
@@ -202,6 +202,7 @@ def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> 
         "decoding": f"beam {config.evaluate.beam_size}, length penalty "
         f"{config.evaluate.length_penalty}; verdicts also under greedy decoding",
         "numerics": numerics(data.table),
+        "design": lock_provenance(data.findings),
         "machine": machine(),
         "MLflow": f"experiment {experiment!r}: evaluation and test runs tagged "
         f"eval_key={data.evaluation.eval_key}",

@@ -30,6 +30,7 @@ th{background:#f3f5f7}td:first-child,th:first-child{text-align:left}
 img{max-width:100%;height:auto;border:1px solid #eef0f2}
 .v-agrees{color:#137333;font-weight:600}.v-disagrees{color:#b3261e;font-weight:600}
 .v-smaller{color:#a15c00;font-weight:600}.v-equivalent{color:#1f4e79;font-weight:600}
+.v-direction{color:#5b6f1e;font-weight:600}
 .v-none,.v-other{color:#6b7280;font-weight:600}.failed{background:#fdecea}
 .answers{font-size:1.05rem}.answers li{margin:.25rem 0}
 details{margin:.5rem 0}pre{background:#f6f8fa;padding:.6rem;overflow:auto;font-size:.78rem}
@@ -38,20 +39,37 @@ details{margin:.5rem 0}pre{background:#f6f8fa;padding:.6rem;overflow:auto;font-s
 .toc{font-size:.85rem;margin:.4rem 0 1rem}.toc a{color:#1f4e79}
 """
 VERDICT_CLASSES = {
-    "agrees": "v-agrees",
-    "disagrees": "v-disagrees",
+    "agrees with the literature": "v-agrees",
+    "claimed direction, at least the effect of interest": "v-agrees",
+    "claimed direction, not shown to reach it": "v-direction",
+    "claimed direction, size not compared": "v-direction",
     "smaller than claimed": "v-smaller",
+    "opposite direction": "v-disagrees",
     "equivalent": "v-equivalent",
+    "not equivalent": "v-disagrees",
     "inconclusive": "v-none",
     "not testable": "v-none",
+    "pass": "v-agrees",  # a gate's result
+    "fail": "v-disagrees",
+    "not measured": "v-none",
+    # the words of findings.json files written before the labels
+    "agrees": "v-agrees",
+    "disagrees": "v-disagrees",
 }
-"""The web page's colour of each verdict (:data:`CSS`): green, red, amber, blue, and grey
-for no answer."""
+"""The web page's colour of each verdict (:data:`CSS`): green (shown, at least the size),
+olive (the direction shown, not the size), amber (smaller), red (the opposite), blue
+(equivalent), and grey for no answer."""
 
 
 def verdict_class(verdict: str) -> str:
-    """The CSS class of a verdict (``v-other`` for a word the report does not know)."""
-    return VERDICT_CLASSES.get(str(verdict).strip(), "v-other")
+    """The CSS class of a verdict or of a label that begins with one ("not testable (the
+    baseline is at the floor)"); ``v-other`` for a word the report does not know."""
+    text = str(verdict).strip()
+    if text in VERDICT_CLASSES:
+        return VERDICT_CLASSES[text]
+    known = [word for word in VERDICT_CLASSES if text.startswith(f"{word} (")]
+    known += [word for word in VERDICT_CLASSES if text.startswith(f"{word} within ")]
+    return VERDICT_CLASSES[max(known, key=len)] if known else "v-other"
 
 
 def _shown(block: Block, fmt: Format) -> bool:

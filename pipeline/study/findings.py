@@ -7,20 +7,13 @@ that describe it further (reported at level alpha, never deciding). The primary 
 of all findings, and of the user's comparisons (``evaluate.comparisons``), form one
 family of ``m``: each primary interval is drawn at ``1 - alpha / m`` (Bonferroni), the
 level at which the verdicts together err with probability at most alpha, and the MDE and
-the a-priori power are stated at that level too. With ``[L, U]`` that interval, signed
-so that the claimed direction is positive:
-
-- **agrees**: ``L > 0`` and ``U >= E``: the effect is there and not shown smaller than
-  claimed;
-- **smaller than claimed**: ``U < E`` (and not below 0): the data rule out the claimed
-  size (the answer says whether an effect is shown at all);
-- **disagrees**: ``U < 0``: the opposite direction is shown; for an equivalence claim
-  (margin ``M``), the interval lies wholly outside ``(-M, M)``;
-- **equivalent**: an equivalence claim whose interval lies inside ``(-M, M)``;
-- **inconclusive**: anything else;
-- **not testable**: the grid lacks the configurations, or the design's power at ``E``,
-  computed before the run from the grid and an earlier run's variance components, is
-  below 80%. That is decided in advance, never from the test data.
+the a-priori power are stated at that level too. The verdict rules, which read that
+interval against the declared effect of interest, the baseline's gates
+(:mod:`pipeline.study.gates`) and the design lock (:mod:`pipeline.study.design`), and the
+vocabulary they use (:data:`VERDICTS`), are in :mod:`pipeline.study.labels`. A finding
+whose declaration was not locked before training, or changed after training started, is
+exploratory: it is judged at the level the declared design gave it (``alpha / M`` for
+all ``M`` declared primary parts) and left out of the family.
 
 Every verdict but "inconclusive" and "not testable" needs an interval that excludes a
 value, so noise alone produces none of them. Variants that stopped before their plateau (at
@@ -36,6 +29,7 @@ every candidate has (equal seeds, matched twins).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,12 +39,18 @@ import pandas as pd
 from pipeline.study.declarations import (
     ATTENTION_50,
     EFFECTS,
+    GATES,
     GPU_HIDDEN_SIZE,
+    PAPER_BASELINE_RATIO,
     Effect,
     Power,
     design_power,
+    paper_baseline_ratio,
 )
+from pipeline.study.gates import GateResult, measure_gates
+from pipeline.study.labels import VERDICTS, decide
 from pipeline.study.record import (
+    DeclarationChange,
     EffectOfInterest,
     FindingRecord,
     PartEstimate,
@@ -66,21 +66,13 @@ from pipeline.study.statistics import (
     bonferroni,
 )
 
-VERDICTS = (
-    "agrees",
-    "disagrees",
-    "smaller than claimed",
-    "equivalent",
-    "inconclusive",
-    "not testable",
-)
+__all__ = ["PAPER_BASELINE_RATIO", "VERDICTS", "paper_baseline_ratio"]  # with the rest
+
 LITERATURE_EFFECT = {title: effect.value for title, effect in EFFECTS.items()}
 """Each finding's effect of interest, by title (:data:`~pipeline.study.declarations.EFFECTS`)."""
 FINDINGS_SIZE = 256
 """The hidden size the findings are judged at when the grid has several with as many
 seeds: the attention dimension of Britz et al.'s 0.00 and of the pilot's variances."""
-PAPER_BASELINE_RATIO = 13.93 / 21.50
-"""Bahdanau et al. 2014, Table 1: RNNencdec-30's BLEU over RNNsearch-30's (13.93 / 21.50)."""
 
 
 @dataclass
@@ -138,17 +130,53 @@ class Finding:
     power: Power | None = None
     scale: str = "bleu"
     notes: list[str] = field(default_factory=list)
+    label: str = ""  # the verdict with what qualifies it (pipeline.study.labels)
+    reason: str = ""  # a "not testable" verdict's reason, in a few words
+    confirmatory: bool = True  # False: its declaration was not locked before training
+    exploratory: str = ""  # why it is exploratory
+    change: DeclarationChange | None = None  # its declaration, locked and now
+    gated: str = ""  # what its gates decide: "claim", "size" or "" (it needs none)
+    gates: list[GateResult] = field(default_factory=list)
+    settings: Mapping[str, Any] | None = None  # the model tested (ModelConfig fields)
 
     @property
     def main(self) -> Part | None:
         return self.parts[0] if self.parts else None
+
+    def failed_gates(self) -> list[GateResult]:
+        """The gates it needs that did not pass (failed or not measured)."""
+        return [g for g in self.gates if not g.passed]
+
+    def literature_differences(self) -> list[str]:
+        """How the model tested differs from the paper's whose effect it declares (every
+        declared setting, when the model is unknown); empty when it is the paper's or the
+        effect names no paper's model."""
+        effect = self.effect
+        if effect is None or effect.literature is None:
+            return []
+        return effect.literature.differences(self.settings or {})
+
+    def literature_agrees(self) -> bool:
+        """Whether a size verdict may read "agrees with the literature": a published
+        effect, the paper's model, and every gate the claim needs passed."""
+        effect = self.effect
+        return (
+            effect is not None
+            and effect.published
+            and effect.literature is not None
+            and self.settings is not None
+            and not self.literature_differences()
+            and not self.failed_gates()
+        )
 
     def record(self) -> FindingRecord:
         """The finding as ``eval/findings.json`` holds it."""
         effect = self.effect
         declared = None
         if effect is not None:
-            declared = EffectOfInterest(effect.claim, effect.value, effect.source, effect.why)
+            declared = EffectOfInterest(
+                effect.claim, effect.value, effect.source, effect.why, effect.published
+            )
         return FindingRecord(
             title=self.title,
             literature=self.literature,
@@ -161,6 +189,12 @@ class Finding:
             design=None if self.power is None else self.power.design(),
             notes=tuple(self.notes),
             parts=tuple(p.record() for p in self.parts),
+            label=self.label,
+            confirmatory=self.confirmatory,
+            exploratory=self.exploratory,
+            change=self.change,
+            gated=self.gated,
+            gates=tuple(g.record() for g in self.gates),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -417,7 +451,7 @@ def _fresh(finding: Finding) -> Finding:
     return Finding(finding.title, finding.literature, finding.criterion, scale=finding.scale)
 
 
-def _effect(finding: Finding, specs: list[Spec], train_cut: int | None = 30) -> Effect | None:
+def effect_of(finding: Finding, specs: list[Spec], train_cut: int | None = 30) -> Effect | None:
     """The finding's declared effect: the -50 models' attention gain when training saw
     sentences of 50 words or more, Britz et al.'s interaction when the grid reaches 1024."""
     if finding.title == "Hidden size" and specs and len(specs[0].terms) == 4:
@@ -425,12 +459,6 @@ def _effect(finding: Finding, specs: list[Spec], train_cut: int | None = 30) -> 
     if finding.title == "Attention" and (train_cut is None or train_cut >= 50):
         return ATTENTION_50
     return EFFECTS.get(finding.title)
-
-
-def paper_baseline_ratio(train_cut: int | None = 30) -> float:
-    """RNNencdec's BLEU over RNNsearch's in Bahdanau et al.'s Table 1, for the models
-    whose training length matches ``train_cut`` (-30, or -50 from 50 words on)."""
-    return 17.82 / 26.75 if train_cut is None or train_cut >= 50 else PAPER_BASELINE_RATIO
 
 
 def declare_comparisons(comparisons) -> list[tuple[Finding, list[Spec], Effect]]:
@@ -444,7 +472,7 @@ def declare_comparisons(comparisons) -> list[tuple[Finding, list[Spec], Effect]]
             f"{_describe(c.plus)} minus {_describe(c.minus)} ({c.subset}), mean over seeds.",
         )
         value = -c.effect if claim == "< 0" else c.effect
-        effect = Effect(claim, value, "bleu", c.source or "", "declared in params")
+        effect = Effect(claim, value, "bleu", c.source or "", "declared in params", published=False)
         plus, minus = (Config(s.scorer, s.reverse_source, s.hidden_size) for s in (c.plus, c.minus))
         spec = _difference(f"{c.plus.scorer} - {c.minus.scorer}", claim, plus, minus, c.subset)
         declared.append((finding, [spec], effect))
@@ -490,15 +518,31 @@ def judge(
     alpha: float = ALPHA,
     comparisons=(),
     train_cut: int | None = 30,
+    design_status: Callable[[str], tuple[str, DeclarationChange | None] | None] | None = None,
 ) -> list[Finding]:
     """Declare every finding (the study's, then ``comparisons`` from params), compute each
-    one's a-priori power, estimate the parts, and give each verdict. ``available`` names
-    the sentence subsets the test set has (a part on a missing one is not testable)."""
-    declared = [(f, specs, _effect(f, specs, train_cut)) for f, specs in declare(grid)]
+    one's a-priori power, measure the baseline's gates, estimate the parts, and give each
+    verdict. ``available`` names the sentence subsets the test set has (a part on a
+    missing one is not testable). ``design_status(title)``: ``(why, the change of its
+    declaration)`` for a finding the design lock does not cover, ``None`` for a
+    confirmatory one (:meth:`pipeline.study.design.DesignCheck.status`; without it every
+    finding is confirmatory); exploratory findings are left out of the family."""
+    declared = [(f, specs, effect_of(f, specs, train_cut)) for f, specs in declare(grid)]
+    study = len(declared)  # the study's own findings come first; the user's have no gates
     declared += declare_comparisons(comparisons)
+    gates = measure_gates(estimator, grid, train_cut, alpha=alpha)
+    settings = _settings(grid)
     planned = []  # (finding, spec, contrast or None, why)
-    for finding, specs, effect in declared:
-        finding.effect = effect
+    for index, (finding, specs, effect) in enumerate(declared):
+        finding.effect, finding.settings = effect, settings
+        status = design_status(finding.title) if design_status is not None else None
+        if status is not None:
+            finding.confirmatory = False
+            finding.exploratory, finding.change = status
+        use = GATES.get(finding.title) if index < study else None
+        if use is not None:
+            finding.gated = use.applies
+            finding.gates = [gates[name] for name in use.gates]
         for spec in specs:
             contrast, why = _contrast(spec, grid)
             subsets = {s for *_, s in spec.terms}
@@ -506,15 +550,17 @@ def judge(
             if contrast is not None and absent:
                 contrast, why = None, f"the test set has no sentences {', '.join(absent)}"
             planned.append((finding, spec, contrast, why))
-    family = sum(1 for _, spec, contrast, _ in planned if spec.primary and contrast is not None)
+    tested = [(f, s) for f, s, contrast, _ in planned if s.primary and contrast is not None]
+    declared_family = len(tested)
+    family = sum(1 for f, _ in tested if f.confirmatory)
     seed_df = sum(len(c) - 1 for c in grid.configurations())
-    level = alpha / max(family, 1)
     for finding, spec, contrast, why in planned:
         if contrast is None:
             if spec.primary:
                 finding.why = why
             continue
-        primary_level = level if spec.primary else alpha
+        size = family if finding.confirmatory else declared_family
+        primary_level = alpha / max(size, 1) if spec.primary else alpha
         estimate = estimator.estimate(contrast, primary_level)
         effect = finding.effect
         part = Part(spec.label, spec.claim, estimate, primary=spec.primary)
@@ -527,112 +573,37 @@ def judge(
             # the terms of one configuration are paired (one measure each): weight 1
             weights = dict.fromkeys(seeds, 1.0)
             finding.power = design_power(
-                finding.title, effect, weights, seeds, family, seed_df, alpha=alpha
+                finding.title, effect, weights, seeds, size, seed_df, alpha=alpha
             )
         finding.parts.append(part)
-    primary = [p for f in (d[0] for d in declared) for p in f.parts if p.primary]
+    findings = [d[0] for d in declared]
+    primary = [p for f in findings if f.confirmatory for p in f.parts if p.primary]
     for part, adjusted in zip(primary, bonferroni([p.estimate.p for p in primary])):
         part.p_adjusted = adjusted
-    findings = [d[0] for d in declared]
     for finding in findings:
-        _decide(finding)
+        decide(finding)
     return findings
 
 
-def _state(part: Part) -> str:
-    """The verdict rule's reading of one part's interval."""
-    e = part.estimate
-    if part.claim == "equivalent":
-        m = part.margin
-        if -m < e.low and e.high < m:
-            return "equivalent"
-        if e.low > m or e.high < -m:
-            return "disagrees"
-        return "inconclusive"
-    sign = 1.0 if part.claim == "> 0" else -1.0
-    low, high = sorted((sign * e.low, sign * e.high))
-    if high < 0:
-        return "disagrees"
-    effect = abs(part.effect) if part.effect is not None else 0.0
-    if low > 0 and high >= effect:
-        return "agrees"
-    if part.effect is not None and high < effect:
-        return "smaller than claimed"
-    return "inconclusive"
+def _settings(grid: Grid) -> dict[str, Any] | None:
+    """The model the findings test (every setting its twins share, the findings' hidden
+    size), to compare with a paper's; ``None`` when the grid does not record them."""
+    try:
+        rest = json.loads(grid.rest) if isinstance(grid.rest, str) else None
+    except ValueError:
+        rest = None
+    if not isinstance(rest, dict):
+        return None
+    return {**rest, "hidden_size": grid.hidden_size}
 
 
-def _decide(finding: Finding) -> None:
-    for part in finding.parts:
-        part.state = _state(part)
-    main = finding.main
-    if main is None or not main.primary:
-        finding.verdict = "not testable"
-        finding.why = (
-            finding.why or "the grid lacks the variants or seeds (at least 2 plateaued twins)"
-        )
-        finding.answer = f"{finding.title}: not testable here ({finding.why})."
-        return
-    e, power = main.estimate, finding.power
-    if power is not None and not power.testable:
-        finding.verdict = "not testable"
-        more = (
-            f"{power.seeds_needed} seeds per configuration would give 80%"
-            if power.seeds_needed
-            else "more than 50 seeds per configuration would be needed"
-        )
-        finding.why = (
-            f"the design's power at the declared {finding.effect.describe()} is "
-            f"{power.power:.0%} (computed before the run; {more})"
-        )
-    else:
-        finding.verdict = main.state
-        finding.why = _why(main)
-    finding.answer = _answer(finding, main, e)
-
-
-def _why(part: Part) -> str:
-    e = part.estimate
-    ci = f"{e.estimate:+.2f} [{e.low:+.2f}, {e.high:+.2f}] at {1 - e.alpha:.1%}"
-    if part.claim == "equivalent":
-        reasons = {
-            "equivalent": f"inside +-{part.margin:g}",
-            "disagrees": f"wholly outside +-{part.margin:g}",
-            "inconclusive": f"neither inside +-{part.margin:g} nor wholly outside it",
-        }
-        return f"{ci}: {reasons[part.state]}"
-    declared = f"the declared {part.effect:+g}" if part.effect is not None else ""
-    short = "above" if part.claim == "< 0" else "below"  # short of the claimed size
-    reasons = {
-        "agrees": "excludes 0" + (f" and is not wholly {short} {declared}" if declared else ""),
-        "smaller than claimed": f"wholly {short} {declared}",
-        "disagrees": "wholly on the other side of 0",
-        "inconclusive": "includes 0" + (f" and reaches {declared}" if declared else ""),
-    }
-    return f"{ci}: {reasons[part.state]}"
-
-
-def _answer(finding: Finding, main: Part, e: Estimate) -> str:
-    unit = "log BLEU" if finding.scale == "log_bleu" else "BLEU"
-    measured = f"{main.label} {e.estimate:+.2f} {unit} [{e.low:+.2f}, {e.high:+.2f}]"
-    declared = finding.effect.describe() if finding.effect else ""
-    verdict = finding.verdict
-    if verdict == "not testable":
-        return f"{finding.title}: not testable with this design ({measured}; declared {declared})."
-    if verdict == "agrees":
-        return f"{finding.title}: agrees with the literature ({measured}; declared {declared})."
-    if verdict == "smaller than claimed":
-        sign = 1.0 if main.claim == "> 0" else -1.0
-        shown = (
-            "an effect in the claimed direction, but"
-            if min(sign * e.low, sign * e.high) > 0
-            else "no effect shown, and"
-        )
-        return f"{finding.title}: {shown} smaller than claimed ({measured}; declared {declared})."
-    if verdict == "equivalent":
-        return f"{finding.title}: equivalent within +-{main.margin:g} {unit} ({measured})."
-    if verdict == "disagrees":
-        return f"{finding.title}: disagrees with the literature ({measured}; declared {declared})."
-    return f"{finding.title}: inconclusive ({measured}; declared {declared})."
+def measured_gates(findings: list[Finding]) -> list[GateResult]:
+    """The gates the findings needed, once each, in the order first needed."""
+    seen: dict[str, GateResult] = {}
+    for finding in findings:
+        for gate in finding.gates:
+            seen.setdefault(gate.gate.name, gate)
+    return list(seen.values())
 
 
 def baseline_ratio(

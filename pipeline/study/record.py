@@ -3,19 +3,24 @@ it; the report copies it to ``reports/findings.json``, which the README's result
 Written and read only through :class:`StudyRecord`, never by string keys.
 
 One :class:`StudyRecord` holds the design behind the verdicts (:class:`Family`, the
-bootstrap, where the a-priori power came from, :class:`BaselineRatio`), the reference
-scorer chosen on dev, and each decoding's findings: a :class:`FindingRecord` per
-finding, with its declared :class:`EffectOfInterest`, its :class:`Design` (the a-priori
-power) and its parts (:class:`PartRecord`), each with its :class:`PartEstimate` once
-estimated. The JSON keeps one shape: a part's estimate is spelled inline, beside its
-label and claim; a value that is not finite is ``null``.
+bootstrap, where the a-priori power came from, :class:`BaselineRatio`, the baseline's
+gates as measured under each decoding, :class:`GateRecord`, and the design lock,
+:class:`LockRecord`), the reference scorer chosen on dev, and each decoding's findings: a
+:class:`FindingRecord` per finding, with its declared :class:`EffectOfInterest`, its
+:class:`Design` (the a-priori power), its label, whether it is confirmatory (and, where
+its declaration changed after training started, the :class:`DeclarationChange`), the
+gates its claim needs, and its parts (:class:`PartRecord`), each with its
+:class:`PartEstimate` once estimated. The JSON keeps one shape: a part's estimate is
+spelled inline, beside its label and claim; a value that is not finite is ``null``. The
+fields added with the gates and the lock have defaults, so a file written before them
+still loads.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +55,7 @@ class EffectOfInterest:
     value: float  # in the finding's scale; an equivalence claim's margin
     source: str  # the literature's numbers, quoted
     why: str  # why this number is the effect that matters
+    published: bool = True  # False: declared here, no paper gives this size (or margin)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +140,36 @@ class PartRecord:
 
 
 @dataclass(frozen=True)
+class GateRecord:
+    """A gate on the no-attention baseline as measured
+    (:class:`~pipeline.study.gates.GateResult`): the declared threshold with its source,
+    the measure with its interval at ``level``, and the result."""
+
+    name: str
+    what: str  # what is measured, in words
+    unit: str  # "BLEU" | "share" (none's BLEU over additive's)
+    threshold: float  # declared before the run: the interval's lower end must reach it
+    source: str  # where the threshold comes from
+    estimate: float | None
+    low: float | None
+    high: float | None
+    level: float
+    result: str  # "pass" | "fail" | "not measured"
+
+
+@dataclass(frozen=True)
+class DeclarationChange:
+    """A finding's declaration as the design lock holds it (written when training
+    started; ``locked`` is ``None`` where the finding was not in it) and as it is now
+    (canonical JSON text each, :mod:`pipeline.study.design`), and each value that
+    differs, dotted: "effect.value: 7.57 -> 5.0"."""
+
+    locked: str | None
+    current: str
+    changes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class FindingRecord:
     """One finding under one decoding: the literature's claim, the test stated in
     advance, the verdict with what decided it and the answer in words, the declared
@@ -151,6 +187,17 @@ class FindingRecord:
     design: Design | None
     notes: tuple[str, ...]
     parts: tuple[PartRecord, ...]
+    label: str = ""  # the verdict with what qualifies it ("" in files from before labels)
+    confirmatory: bool = True  # False: exploratory (the design was not locked before it)
+    exploratory: str = ""  # why it is exploratory
+    change: DeclarationChange | None = None  # its declaration, locked and now
+    gated: str = ""  # what the gates decide: "claim", "size" or "" (it needs none)
+    gates: tuple[GateRecord, ...] = ()  # the gates it needs, as measured
+
+    @property
+    def shown(self) -> str:
+        """What the report prints for its verdict: the label, else the verdict word."""
+        return self.label or self.verdict
 
     @property
     def main(self) -> PartRecord | None:
@@ -173,6 +220,8 @@ class FindingRecord:
             design=None if design is None else design.to_json(),
             notes=list(self.notes),
             parts=[p.to_json() for p in self.parts],
+            change=None if self.change is None else asdict(self.change),
+            gates=[asdict(g) for g in self.gates],
         )
         return out
 
@@ -189,12 +238,26 @@ class FindingRecord:
 
 @dataclass(frozen=True)
 class Family:
-    """The primary family: its size, the correction, and the level of each interval."""
+    """The primary family: its size (the confirmatory findings' primary parts), the
+    correction, and the level of each interval; and the primary parts of exploratory
+    findings (their declaration not locked before training), left out of it and judged at
+    ``exploratory_level``, the level the declared design gave them."""
 
     size: int
     correction: str
     alpha: float
     interval_level: float
+    exploratory: int = 0
+    exploratory_level: float | None = None
+
+    def describe(self) -> str:
+        """ "99.0% CI, Bonferroni over 5": the level of the primary intervals."""
+        if self.size == 0 and self.exploratory_level is not None:
+            return (
+                f"{self.exploratory_level:.1%} CI, exploratory (the level of a "
+                f"{self.correction} family of {self.exploratory})"
+            )
+        return f"{self.interval_level:.1%} CI, {self.correction} over {self.size}"
 
 
 @dataclass(frozen=True)
@@ -205,6 +268,26 @@ class BaselineRatio:
     measured: float | None
     paper: float
     what: str
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    """The design lock behind the verdicts (:class:`~pipeline.study.design.DesignLock`,
+    ``models/design.json``): its hash, the commit of the code, when the design was
+    declared and when training started, whether the declaration preceded the start, the
+    current design's hash and the findings whose declaration changed after the start."""
+
+    locked: bool  # a lock was written when training started
+    hash: str | None  # the locked design's (None: no lock)
+    current_hash: str  # the design as declared when evaluate ran
+    commit: str | None  # the code's commit when the lock was written
+    dirty: bool | None  # tracked files differed from it
+    declared_at: str | None  # ISO 8601, UTC
+    declared_from: str  # how declared_at was found
+    training_started: str | None  # ISO 8601, UTC
+    preceded: bool | None  # the declaration preceded the training start
+    changed: tuple[str, ...]  # findings declared differently now than in the lock
+    status: str  # in words
 
 
 @dataclass(frozen=True)
@@ -223,6 +306,8 @@ class StudyRecord:
     baseline_ratio: BaselineRatio
     decoding_dependent: tuple[str, ...]  # findings whose verdict differs between decodings
     findings: dict[str, tuple[FindingRecord, ...]]  # decoding -> findings
+    gates: dict[str, tuple[GateRecord, ...]] = field(default_factory=dict)  # decoding ->
+    design_lock: LockRecord | None = None
 
     @property
     def main(self) -> tuple[FindingRecord, ...]:
@@ -245,6 +330,8 @@ class StudyRecord:
             baseline_ratio=asdict(self.baseline_ratio),
             decoding_dependent=list(self.decoding_dependent),
             findings={d: [f.to_json() for f in fs] for d, fs in self.findings.items()},
+            gates={d: [asdict(g) for g in gs] for d, gs in self.gates.items()},
+            design_lock=None if self.design_lock is None else asdict(self.design_lock),
         )
         return out
 

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from pipeline.data.dataset import SubwordTokenizer
+from pipeline.study.findings import VERDICTS
 from tests.support import (
     needs_browser,
     run_queue,
@@ -149,10 +150,14 @@ def test_metrics_schema_and_dvc_metrics_and_plots(study):
         == {"not testable"}
     )
     assert test["findings"] == {  # every verdict, so dvc exp show's columns stay put
-        "agrees": 0,
+        "agrees_with_the_literature": 0,
+        "claimed_direction_at_least_the_effect_of_interest": 0,
+        "claimed_direction_not_shown_to_reach_it": 0,
+        "claimed_direction_size_not_compared": 0,
         "smaller_than_claimed": 0,
+        "opposite_direction": 0,
         "equivalent": 0,
-        "disagrees": 0,
+        "not_equivalent": 0,
         "inconclusive": 0,
         "not_testable": len(words["verdicts"]),
     }
@@ -255,9 +260,9 @@ def test_failed_variants_are_reported_not_fatal(study):
     assert len(opening) == 6 and all(line.startswith("- ") for line in opening)
     ranked = readme.split("## Scorers ranked")[1].split("## ")[0]
     assert "Best scorer, chosen on dev" in ranked
-    words = "agrees|disagrees|smaller than claimed|equivalent|inconclusive|not testable"
-    table = readme.split("## Verdicts")[1].split("## ")[0]
-    verdicts = re.findall(rf"\| ({words}) \|", table)
+    words = "|".join(re.escape(v) for v in VERDICTS)
+    table = readme.split("## Verdicts")[1].split("## ")[0].split("### Baseline gates")[0]
+    verdicts = re.findall(rf"\| ((?:{words})(?: [^|]*)?) \|", table)  # a label qualifies it
     assert len(verdicts) == 6  # length, attention, reversal, scorer, hidden size; cosine
 
 

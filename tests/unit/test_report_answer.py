@@ -78,5 +78,28 @@ def test_design_notes_state_the_family_and_the_baseline_against_the_paper():
     assert "5 tests, each interval at 99.0% (Bonferroni)" in notes
     assert "A-priori power from an earlier run." in notes
     assert "42% of additive" in notes and "65% of RNNsearch-30" in notes
-    plain = design_notes(study())  # no power source, bootstrap or measured baseline named
-    assert plain == "Primary family: 5 tests, each interval at 99.0% (Bonferroni)."
+    plain = design_notes(study())  # no power source, bootstrap, baseline or lock named
+    assert plain == (
+        "Primary family: 5 tests, each interval at 99.0% (Bonferroni). "
+        "This findings.json records no design lock."
+    )
+
+
+def test_design_notes_state_the_lock_and_whether_it_preceded_training():
+    from pipeline.report.findings import design_notes, lock_provenance
+    from pipeline.study.record import LockRecord
+
+    lock = LockRecord(
+        True, "a" * 64, "a" * 64, "c" * 40, False, "2025-01-01T00:00:00+00:00",
+        "the commit time of cccc", "2025-03-01T12:00:00+00:00", True, (),
+        "locked before training; every declaration unchanged since",
+    )  # fmt: skip
+    notes = design_notes(study(design_lock=lock))
+    assert "Design aaaaaaaaaaaa locked at commit cccccccccccc; declared 2025-01-01" in notes
+    assert "before training started (2025-03-01T12:00:00+00:00)" in notes
+    shown = lock_provenance(study(design_lock=lock))
+    assert shown["declared before training started"] == "yes"
+    assert shown["hash (sha256 of the design's canonical JSON)"] == "a" * 64
+    family = Family(4, "Bonferroni", 0.05, 1 - 0.05 / 4, 1, 0.99)
+    notes = design_notes(study(family=family))
+    assert "Left out of it as exploratory: 1 primary part(s), each interval at 99.0%" in notes

@@ -11,9 +11,7 @@ from tests.unit.test_report_length import by_length
 matplotlib.use("Agg")
 
 
-def test_the_length_figures_legend_lies_below_the_plot_not_over_the_curves(
-    monkeypatch, tmp_path
-):
+def test_the_length_figures_legend_lies_below_the_plot_not_over_the_curves(monkeypatch, tmp_path):
     drawn = []
     monkeypatch.setattr(figures, "save_figure", lambda fig, path, formats: drawn.append(fig))
     rows = by_length({("additive", False): [1, 2, 3], ("none", False): [1, 2]})

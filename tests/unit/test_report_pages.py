@@ -83,12 +83,19 @@ def finding(title: str, verdict: str, answer: str = "", effect=None) -> FindingR
 
 def study(*findings: FindingRecord) -> StudyRecord:
     beam = findings or (
-        finding("Attention", "agrees", "Attention helps: +18 BLEU over none.", effect=2.0),
+        finding(
+            "Attention",
+            "claimed direction, at least the effect of interest",
+            "Attention helps: +18 BLEU over none.",
+            effect=2.0,
+        ),
         finding("Scorer", "smaller than claimed", "Additive beats general by less than claimed."),
         finding("Reversal", "equivalent", "Reversing the source changes nothing that matters."),
         finding("Length", "inconclusive"),  # no answer: the title and verdict stand in
         finding("Hidden size", "not testable", ""),
-        finding("Depth", "disagrees", "Deeper encoders translate worse, against the claim."),
+        finding(
+            "Depth", "opposite direction", "Deeper encoders translate worse, against the claim."
+        ),
     )
     return StudyRecord(
         main_decoding="beam",
@@ -256,19 +263,28 @@ def test_every_verdict_word_has_its_colour():
     from pipeline.study.findings import VERDICTS
 
     classes = {v: verdict_class(v) for v in VERDICTS}
-    assert len(set(classes.values()) - {"v-none"}) == 4  # no answer: one grey
+    assert len(set(classes.values()) - {"v-none"}) == 5  # no answer: one grey
     assert classes["inconclusive"] == classes["not testable"] == "v-none"
     assert verdict_class("something new") == "v-other"
-    page = render_html(context())
+    # a label is coloured by the verdict word it begins with
+    assert verdict_class("not testable (the baseline is at the floor)") == "v-none"
+    assert verdict_class("equivalent within +-2 BLEU (margin declared here)") == "v-equivalent"
+    every = study(*(finding(f"F{i}", v) for i, v in enumerate(VERDICTS)))
+    page = render_html(context(study=every))
     for verdict, css in classes.items():
         assert f"<td class='{css}'>{verdict}</td>" in page
         assert f".{css}{{" in page or f".{css}," in page  # styled
+    page = render_html(context())
     assert "<span class='v-smaller'>smaller than claimed</span>" in page
 
 
 def test_each_finding_states_its_effect_of_interest_and_planned_power():
     text = render_markdown(context())
-    assert "| Attention | agrees | - | +0.40 [-0.30, +1.10] BLEU (99.0%) | +2 BLEU | 45% |" in text
+    assert "| estimate [99.2% CI, Bonferroni over 6] | scale | effect of interest |" in text
+    assert (
+        "| Attention | claimed direction, at least the effect of interest | - "
+        "| +0.40 [-0.30, +1.10] (at 99.0%) | BLEU | +2 BLEU | 45% |"
+    ) in text
     assert "> 0 (effect of interest +2.00 BLEU)" in text
     assert "Effect of interest, declared before the run: +2 BLEU. The paper, Table 1." in text
     assert "Design, before the run: power 45% at that effect (seeds a-fwd-h8: 2, " in text
