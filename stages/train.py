@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from stages._cli import REPO_ROOT, infra, parser, run
 
@@ -17,8 +18,9 @@ logger = logging.getLogger("stages.train")
 def main(args, config) -> int:
     # imported here, not at the top: `--help` and argument errors answer without loading
     # torch, Ray Tune and MLflow (seconds)
-    from pipeline.records.sweep import SWEEP_FILE
+    from pipeline.io import space_for
     from pipeline.runtime.console import library_logs_to_file
+    from pipeline.study.design import lock_design
     from pipeline.sweep.driver import SweepFailedError, SweepPaths, run_sweep
 
     settings = infra(args)
@@ -26,17 +28,14 @@ def main(args, config) -> int:
     if run_log is not None:
         logger.info("Ray, Tune and MLflow log to %s", run_log)
     paths = SweepPaths.under(settings, REPO_ROOT / args.tok, REPO_ROOT / args.out)
-    try:
-        counts = run_sweep(config, settings, paths, only=args.only)["counts"]
+    try:  # the sweep logs its summary line itself, also before raising
+        with space_for(settings.root):  # any other write on a full disk: one line too
+            # the design is locked as training starts (kept while the grid is the same)
+            lock_design(config, paths.models_dir, time.time(), settings.cache_dir, root=REPO_ROOT)
+            run_sweep(config, settings, paths, only=args.only)
     except SweepFailedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    logger.info(
-        "sweep done: %s; summary in %s, run log in %s",
-        counts,
-        paths.models_dir / SWEEP_FILE,
-        paths.cache.last_sweep,
-    )
     return 0
 
 
