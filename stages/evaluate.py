@@ -12,6 +12,7 @@ logger = logging.getLogger("stages.evaluate")
 def main(args, config) -> None:
     from pipeline.evaluate.data import EvaluatePaths  # here: `--help` loads no torch or Ray
     from pipeline.evaluate.stage import evaluate
+    from pipeline.io import space_for
     from pipeline.runtime.console import library_logs_to_file
 
     settings = infra(args)
@@ -20,7 +21,8 @@ def main(args, config) -> None:
         logger.info("Ray, Tune and MLflow log to %s", run_log)
     names = (args.tok, args.raw, args.models, args.out, args.metrics)
     paths = EvaluatePaths(*((REPO_ROOT / p).resolve() for p in names))
-    summary = evaluate(config, settings, paths)
+    with space_for(settings.root):  # a write on a full disk (eval/, metrics/): one line
+        summary = evaluate(config, settings, paths)
     words, numbers = summary["headline"], summary["numbers"]
     logger.info(
         "evaluated %d variants; best scorer (chosen on dev): %s, test BLEU %s inside the "

@@ -1,9 +1,10 @@
 """The evaluation in MLflow: a parent run (the study table, the findings, the best scorer
 chosen on dev; the report stage adds the report) timed from the stage's start, one
 ``test:<variant>`` child per variant, timed by its decoding, with its test scores linked
-to the variant's logged model and the test set, and the registry alias of the variant
-chosen on dev. Runs are found by tags, so a rerun or a deleted run never breaks the
-stage."""
+to the variant's training run (this DVC experiment's own, where it has one), its logged
+model and the test set, and the registry alias of the variant chosen on dev. Runs are
+found by tags, so a rerun or a deleted run never breaks the stage. A training run that a
+stage now gone left RUNNING is ended here, by its variant's recorded outcome."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pipeline.artifacts import COMPARISONS, FINDINGS, STUDY_TABLE, EvalFiles, Va
 from pipeline.evaluate.data import Evaluation
 from pipeline.evaluate.tables import metric_name
 from pipeline.records.evaluation import EvaluationSummary
-from pipeline.records.sweep import VariantRecord
+from pipeline.records.sweep import SweepRecord, VariantRecord
 from pipeline.tracking.store import Tracker, dataset_digest, experiment_key
 from pipeline.translate.mlflow_model import save_pyfunc
 
@@ -61,6 +62,7 @@ def log_evaluation(
     started = evaluation.started
     scorer = summary.headline.get("best_scorer")  # the study's one "best": chosen on dev
     chosen = dev_choice(evaluation.evaluated, scorer)
+    close_training_runs(tracker, evaluation.sweep)
     parent_id = tracker.find_or_start(
         f"evaluate-{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}",
         experiment_key({"kind": "evaluation", "eval_key": summary.eval_key}),
@@ -100,12 +102,36 @@ def _register(tracker: Tracker, parent_id: str, variant_id: str, model_id: str) 
     )
 
 
+LEFT_OPEN = "the evaluate stage found it open after its stage had ended; its variant {status}"
+
+
+def close_training_runs(tracker: Tracker, sweep: SweepRecord) -> None:
+    """End the training runs that stages now gone left RUNNING (a killed train stage, an
+    end record lost to a full disk) by what ``models/sweep.json`` says of the variant:
+    FINISHED, or FAILED with its error."""
+    for record in sweep.variants.values():
+        status = "FINISHED" if record.finished else "FAILED"
+        key = {"kind": "train", "config_hash": record.config_hash}
+        for run_id in tracker.close_stale(key, status, LEFT_OPEN.format(status=record.status)):
+            if record.error:
+                tracker.set_tags(run_id, {"error": record.error})
+
+
+def training_runs(tracker: Tracker) -> dict[str, Any]:
+    """Each config hash's training run: this DVC experiment's own where it trained the
+    variant (outside an experiment: a run of none), else the newest of any (the variant
+    came from the variant cache, trained elsewhere)."""
+    runs = tracker.newest_by("config_hash", {"kind": "train"})
+    runs.update(tracker.newest_by("config_hash", experiment_key({"kind": "train"})))
+    return runs
+
+
 def _log_test_runs(
     tracker: Tracker, parent_id: str, evaluation: Evaluation, key: str, evaluate_params: dict
 ) -> dict[str, str]:
     """One ``test`` run per variant; returns variant -> its logged model's id."""
     paths, test = evaluation.paths, evaluation.test
-    training_runs = tracker.newest_by("config_hash", {"kind": "train"})
+    training_runs_by_hash = training_runs(tracker)
     dataset = ("test", dataset_digest(test.sha256))
     axes = sorted({k for v in evaluation.sweep.variants.values() for k in v.axes})
     models = {}
@@ -114,7 +140,7 @@ def _log_test_runs(
         record = evaluation.sweep.variants[variant_id]
         trained = record.summary  # evaluated variants are finished: they have one
         train_metrics, tags = trained.mlflow_metrics(), trained.mlflow_tags()
-        training = training_runs.get(record.config_hash)
+        training = training_runs_by_hash.get(record.config_hash)
         if training is not None:
             tags["training_run_id"] = training.info.run_id
         decoded_at = result.decode_started
@@ -149,10 +175,12 @@ def _log_test_runs(
 
 
 def variant_model(tracker: Tracker, record: VariantRecord, folder: Path, run_id: str) -> str | None:
-    """The variant's logged model (an MLflow model that translates). A variant without
-    one (taken from the variant cache, or logged by an older version as a bare
-    checkpoint) gets it now, from ``models/<variant>/``, as a model of ``run_id``."""
-    model_id = tracker.find_logged_model({"config_hash": record.config_hash})
+    """The variant's logged model (an MLflow model that translates): the one ``run_id``
+    logged, else any of its config. A variant without one (taken from the variant cache,
+    or logged by an older version as a bare checkpoint) gets it now, from
+    ``models/<variant>/``, as a model of ``run_id``."""
+    tags = {"config_hash": record.config_hash}
+    model_id = tracker.find_logged_model(tags, run_id) or tracker.find_logged_model(tags)
     if model_id is not None or not tracker.log_models:
         return model_id
     with tempfile.TemporaryDirectory(prefix="model-") as tmp:

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import VariantFiles
-from pipeline.io import atomic_dir, write_json
+from pipeline.io import DiskFullError, atomic_dir, link_or_copy, write_json
 from pipeline.records.train import Trained
 
 logger = logging.getLogger(__name__)
@@ -55,17 +54,17 @@ def copy_folder(
 ) -> None:
     """Replace ``dest`` with the files of ``source`` (only ``names``, if given; hard links
     where the filesystem allows: checkpoints are large and never modified in place),
-    atomically; with ``manifest``, also :data:`VariantFiles.MANIFEST`."""
+    atomically; with ``manifest``, also :data:`VariantFiles.MANIFEST`. A full disk is one
+    :class:`~pipeline.io.DiskFullError` naming ``dest``, and leaves nothing of it."""
+    files = [
+        path
+        for path in sorted(source.iterdir())
+        if path.is_file() and (names is None or path.name in names)
+    ]
     with atomic_dir(dest) as tmp:
         if manifest is not None:
             write_json(tmp / VariantFiles.MANIFEST, manifest)
-        for path in sorted(source.iterdir()):
-            if not path.is_file() or (names is not None and path.name not in names):
-                continue
-            try:
-                os.link(path, tmp / path.name)
-            except OSError:
-                shutil.copy2(path, tmp / path.name)
+        link_or_copy(((path, tmp / path.name) for path in files), tmp)
 
 
 class VariantCache:
@@ -90,7 +89,7 @@ class VariantCache:
                 VariantFiles.KEPT,
                 manifest=VariantFiles(source).digests(),
             )
-        except OSError:
+        except (OSError, DiskFullError):
             if not self.holds(config_hash):
                 raise
             # another writer (a queued experiment) stored the same config meanwhile

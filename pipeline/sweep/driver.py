@@ -22,6 +22,12 @@
   as finished ones drop out and grids grow.)
 - **Tracking** is driver-side (:mod:`pipeline.sweep.tracking`): one MLflow writer, which
   never makes Tune wait (:mod:`pipeline.tracking.outbox`).
+- **A full disk.** Before Tune starts, the free space of each disk the sweep writes to is
+  checked against an estimate (:mod:`pipeline.sweep.space`). The first write that fails
+  for lack of space, the driver's or a trial's, stops the sweep
+  (:class:`~pipeline.sweep.callbacks.DiskWatch`): running trials stop at their last
+  checkpoint and none starts; what finished is kept and recorded; the stage logs its
+  summary line and ends with one line naming the path (:mod:`pipeline.sweep.outcomes`).
 """
 
 from __future__ import annotations
@@ -31,19 +37,20 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ray import tune
+from ray.tune.stopper import CombinedStopper
 
 from pipeline.artifacts import VariantFiles
 from pipeline.config.grid import expand_grid, select
 from pipeline.config.infra import Infra
 from pipeline.config.params import Config
 from pipeline.data.dataset import TokenizedData
-from pipeline.records.sweep import FAILED, FINISHED, SWEEP_FILE, SweepRecord, VariantRecord
-from pipeline.records.train import TrainSummary
+from pipeline.io import DiskFullError, free_bytes
+from pipeline.records.sweep import SWEEP_FILE
 from pipeline.runtime.cluster import (
     ClusterError,
     TaskResources,
@@ -53,8 +60,17 @@ from pipeline.runtime.cluster import (
 )
 from pipeline.scorers.plugins import loaded as loaded_plugins
 from pipeline.sweep.cache import VariantCache
-from pipeline.sweep.callbacks import OutputsCallback, PendingWatch, StudyProgress
-from pipeline.sweep.tracking import MlflowCallback
+from pipeline.sweep.callbacks import DiskWatch, OutputsCallback, PendingWatch, StudyProgress
+from pipeline.sweep.outcomes import (  # noqa: F401  (SweepFailedError: the stage's)
+    SweepFailedError,
+    Tracked,
+    VariantOutcome,
+    conclude,
+    tokenizers,
+    variant_counts,
+)
+from pipeline.sweep.space import SpacePlan, plan_space
+from pipeline.sweep.tracking import MlflowCallback, close_cached_runs, close_earlier_runs
 from pipeline.sweep.trial import (
     FINAL,
     SETUP_ERROR,
@@ -63,14 +79,10 @@ from pipeline.sweep.trial import (
     resolve_auto_precision,
     run_trial,
 )
-from pipeline.tracking.outbox import Outbox, pending_journals, send_pending
-from pipeline.tracking.store import UNFINISHED, Tracker, TrackingError
+from pipeline.tracking.outbox import Outbox
+from pipeline.tracking.store import UNFINISHED, Tracker
 
 logger = logging.getLogger(__name__)
-
-
-class SweepFailedError(ClusterError):
-    """Some variants failed and ``train.allow_partial`` is off."""
 
 
 class SweepInterruptedError(ClusterError):
@@ -89,39 +101,6 @@ class SweepPaths:
         storage = storage_uri(infra.ray.storage_path, infra.root)
         cache = VariantCache(infra.cache_dir)
         return SweepPaths(tok_dir.resolve(), models_dir.resolve(), storage, cache)
-
-
-@dataclass
-class VariantOutcome:
-    """What this run did with one variant: its record (status ``finished`` or
-    ``failed``), where a finished one came from (``source``: ``trained`` now or
-    ``cached``), and the attempts Tune made."""
-
-    record: VariantRecord
-    source: str | None = None  # trained | cached (None: failed)
-    attempts: int = 0
-
-    @classmethod
-    def of(
-        cls,
-        spec: TrialSpec,
-        source: str | None,
-        summary: TrainSummary | None = None,
-        error: str | None = None,
-        attempts: int = 0,
-    ) -> VariantOutcome:
-        variant = spec.variant
-        record = VariantRecord(
-            variant.id,
-            FINISHED if source else FAILED,
-            spec.config_hash,
-            variant.axes,
-            variant.model,
-            variant.train,
-            summary,
-            error,
-        )
-        return cls(record, source, attempts)
 
 
 # ----------------------------------------------------------------------- sweep
@@ -171,7 +150,9 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
 
     Four steps: plan (the variants and their keys), restore (finished ones from
     ``models/`` or the variant cache), train (the rest, through Tune, tracked in MLflow),
-    record (``models/sweep.json`` and the run log)."""
+    record (``models/sweep.json`` and the run log), then one summary line, also when a
+    write failed for lack of space (:class:`~pipeline.io.DiskFullError`, raised after
+    it: the first such failure, with what the variants left need)."""
     started = time.time()
     data = TokenizedData.load(paths.tok_dir)
     specs = plan(config, infra, data, only)
@@ -182,21 +163,8 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
     if training is not None:
         outcomes.update(training.run(todo))
     else:
-        _send_earlier_records(infra)
-    try:
-        sweep = record(paths, data, specs, outcomes)
-    except Exception:
-        if training is not None:
-            training.abort()
-        raise
-    failed = list(sweep.failed.values())
-    sweep_failed = bool(failed) and not config.train.allow_partial
-    minutes = (time.time() - started) / 60
-    tracked = training.close(outcomes, sweep_failed, minutes) if training else Tracked()
-    log = _write_last_sweep(paths, specs, outcomes, tracked, minutes)
-    if sweep_failed:
-        raise SweepFailedError(failure_summary(failed, len(specs)))
-    return log
+        close_earlier_runs(infra, list(specs.values()), _sweep_key(specs))
+    return conclude(paths, data, specs, outcomes, training, config.train.allow_partial, started)
 
 
 def plan(config: Config, infra: Infra, data: TokenizedData, only=None) -> dict[str, TrialSpec]:
@@ -239,17 +207,8 @@ def restore(specs: dict[str, TrialSpec], paths: SweepPaths) -> dict[str, Variant
             cached = paths.cache.restore(spec.config_hash, files.folder)
         if cached is not None:
             outcomes[variant_id] = VariantOutcome.of(spec, "cached", summary=cached.summary)
+            paths.cache.set_resume(spec.config_hash, variant_id, None)  # finished: none left
     return outcomes
-
-
-@dataclass
-class Tracked:
-    """What a sweep's MLflow records came to: the parent run, each variant's run, and the
-    records kept on disk for a later run (the tracking store was out of reach)."""
-
-    parent_id: str | None = None
-    runs: dict[str, str] = field(default_factory=dict)
-    kept: int = 0
 
 
 class Training:
@@ -269,27 +228,40 @@ class Training:
         self.grid = grid  # train.grid: a param of the MLflow parent run
         self.outbox: Outbox | None = None
         self.tracking: MlflowCallback | None = None
+        self.disk = DiskWatch()  # the first write that failed for lack of space
+        self.space: SpacePlan | None = None
 
     def run(self, todo: dict[str, TrialSpec]) -> dict[str, VariantOutcome]:
-        """Preflight, then Tune; the outcome of every variant of ``todo``."""
+        """Preflight (the trials' hardware, then the disks), then Tune; the outcome of
+        every variant of ``todo``."""
         infra, paths = self.infra, self.paths
         resources = next(iter(todo.values())).resources
-        forecast = preflight([s.variant for s in todo.values()], self.data, infra.ray, resources)
+        variants = [s.variant for s in todo.values()]
+        forecast = preflight(variants, self.data, infra.ray, resources)
         todo = _scaled_timeouts(todo, forecast)
+        self.space = plan_space(
+            variants, self.data, infra, paths.models_dir, paths.storage, forecast.concurrent
+        )
+        self.space.check()
         init_ray(infra.ray)  # before MLflow: a cluster that cannot run it fails here
         self.outbox = Outbox(Tracker(infra), infra.cache_dir)  # an unusable store fails here
         _parent_run(self.outbox, self.grid, infra, self.data.fingerprint(), self.specs)
+        close_cached_runs(self.outbox, [s for k, s in self.specs.items() if k not in todo])
         todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
-        outputs = OutputsCallback(todo, paths.models_dir, paths.cache, tokenizers(self.data))
+        outputs = OutputsCallback(
+            todo, paths.models_dir, paths.cache, tokenizers(self.data), self.disk
+        )
         self.tracking = MlflowCallback(self.outbox, SWEEP_REF, outputs, self.data, paths.tok_dir)
         pending = PendingWatch(resources, infra.ray.pending_timeout_minutes)
-        callbacks = [outputs, self.tracking, StudyProgress(len(todo)), pending]
+        callbacks = [outputs, self.tracking, StudyProgress(len(todo)), pending, self.disk]
         try:
-            grid = _tune(todo, self.data, infra, paths, callbacks, stopper=pending)
+            stopper = CombinedStopper(pending, self.disk)
+            grid = _tune(todo, self.data, infra, paths, callbacks, stopper=stopper)
             if pending.reason:
                 raise SweepInterruptedError(pending.reason)
-            _raise_if_interrupted(grid, outputs)
-            return _collect(todo, grid, outputs)
+            if self.disk.error is None:
+                _raise_if_interrupted(grid, outputs)
+            return _collect(todo, grid, outputs, self.disk.error)
         except SweepInterruptedError:
             self.outbox.close(infra.tracking.outage_wait_seconds)  # open for the rerun
             raise
@@ -309,47 +281,42 @@ class Training:
         except Exception:  # the error being raised is the one to report
             logger.exception("MLflow: the sweep's parent run could not be ended as FAILED")
 
-    def close(self, outcomes: dict[str, VariantOutcome], failed: bool, minutes: float) -> Tracked:
-        """The parent run's counts, time and ``models/sweep.json``; its end."""
-        outbox = self.outbox
-        counts = {f"variants_{k}": v for k, v in _counts(outcomes).items()}
-        outbox.log_metrics(SWEEP_REF, {**counts, "sweep_minutes": minutes})
-        outbox.log_artifacts(SWEEP_REF, [self.paths.models_dir / SWEEP_FILE])
-        outbox.finish(SWEEP_REF, "FAILED" if failed else "FINISHED")
+    def close(
+        self,
+        outcomes: dict[str, VariantOutcome],
+        failed: bool,
+        minutes: float,
+        sweep_written: bool = True,
+    ) -> Tracked:
+        """The parent run's counts, time and ``models/sweep.json``; its end. The outbox is
+        closed (what it holds is sent) even when the journal finds no space for these
+        records (:attr:`Tracked.error`: a later stage ends the run)."""
+        outbox, error = self.outbox, None
+        counts = {f"variants_{k}": v for k, v in variant_counts(outcomes).items()}
+        try:
+            outbox.log_metrics(SWEEP_REF, {**counts, "sweep_minutes": minutes})
+            if sweep_written:
+                outbox.log_artifacts(SWEEP_REF, [self.paths.models_dir / SWEEP_FILE])
+            outbox.finish(SWEEP_REF, "FAILED" if failed else "FINISHED")
+        except DiskFullError as err:
+            error = err
         kept = outbox.close(self.infra.tracking.outage_wait_seconds)
-        return Tracked(outbox.run_ids().get(SWEEP_REF), self.tracking.runs, kept)
+        return Tracked(outbox.run_ids().get(SWEEP_REF), self.tracking.runs, kept, error)
 
-
-def _send_earlier_records(infra: Infra) -> None:
-    """Nothing to train: send what an earlier run could not (best effort)."""
-    if not pending_journals(infra.cache_dir):
-        return
-    try:
-        send_pending(Tracker(infra), infra.cache_dir, infra.tracking.outage_wait_seconds)
-    except TrackingError as err:
-        logger.warning("tracking records of earlier runs not sent yet: %s", err)
-
-
-def tokenizers(data: TokenizedData) -> dict[str, bytes]:
-    """The subword models a variant folder holds beside its checkpoint (``src.model``,
-    ``tgt.model``), from the tokenized data it trained on."""
-    return {name: data.files[name] for name in VariantFiles.TOKENIZERS}
-
-
-def record(
-    paths: SweepPaths,
-    data: TokenizedData,
-    specs: dict[str, TrialSpec],
-    outcomes: dict[str, VariantOutcome],
-) -> SweepRecord:
-    """``models/``: the subword models beside each finished variant (a finished folder
-    translates alone) and ``sweep.json``, identical on a rerun that trains nothing."""
-    for variant_id, outcome in outcomes.items():
-        if outcome.record.finished:  # trained now: already there; taken from the cache: now
-            VariantFiles(paths.models_dir / variant_id).add_tokenizers(tokenizers(data))
-    sweep = SweepRecord(data.fingerprint(), {i: outcomes[i].record for i in specs})
-    sweep.write(paths.models_dir)
-    return sweep
+    def stopped_error(self, outcomes: dict[str, VariantOutcome]) -> DiskFullError:
+        """The write that stopped the sweep, with what the variants left need there."""
+        err = self.disk.error
+        left = sorted(i for i, o in outcomes.items() if not o.record.finished)
+        needed = self.space.needed(err.path, left) if self.space and left else None
+        free = free_bytes(err.path)
+        done = f"{len(outcomes) - len(left)} of {len(outcomes)} variants finished (kept)"
+        room = free is not None and needed is not None and free >= needed
+        advice = f"the sweep stopped with {done}; " + (
+            "there is room for the rest now: run the stage again"
+            if room
+            else "free space there and run the stage again"
+        )
+        return DiskFullError(err.path, free, needed or err.needed, advice)
 
 
 SAFETY_FACTOR = 2.0
@@ -375,19 +342,6 @@ def _scaled_timeouts(todo: dict[str, TrialSpec], forecast) -> dict[str, TrialSpe
         needed,
     )
     return {k: replace(spec, trial_timeout_minutes=needed) for k, spec in todo.items()}
-
-
-def failure_summary(failed: list[VariantRecord], total: int) -> str:
-    """One line: each distinct cause once, with the variants it hit."""
-    causes: dict[str, list[str]] = {}
-    for variant in sorted(failed, key=lambda v: v.id):
-        cause = (variant.error or "unknown error").replace(variant.id, "<variant>")
-        causes.setdefault(cause, []).append(variant.id)
-    parts = []
-    for cause, ids in causes.items():
-        named = ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
-        parts.append(f"{cause} ({named})")
-    return f"{len(failed)} of {total} variants failed: " + "; ".join(parts)
 
 
 def _resumable(spec: TrialSpec, cache: VariantCache) -> TrialSpec:
@@ -423,15 +377,22 @@ def _raise_if_interrupted(grid, outputs: OutputsCallback) -> None:
         )
 
 
-def _collect(todo: dict[str, TrialSpec], grid, outputs: OutputsCallback) -> dict:
-    """Outcomes from the ``ResultGrid``: trained (collected) or failed with the cause."""
+def _collect(
+    todo: dict[str, TrialSpec], grid, outputs: OutputsCallback, stopped: DiskFullError | None
+) -> dict:
+    """Outcomes from the ``ResultGrid``: trained (collected) or failed with the cause.
+    After a stop for lack of space (``stopped``), a variant that did not finish failed with
+    that cause: its trial was stopped at its last checkpoint, or never started."""
     errors: dict[str, str] = {}
     for result in grid:
-        variant_id = result.config["variant"]
+        variant_id = (result.config or {}).get("variant")
+        if variant_id is None or (stopped and not (result.metrics or {}).get(FINAL)):
+            continue  # never started, or stopped before its end
         if result.error is not None:
             errors[variant_id] = root_cause(result.error)
         elif variant_id not in outputs.finished:
             outputs.collect(variant_id, result.checkpoint)
+    unfinished = f"not finished: the sweep stopped at a full disk ({stopped})" if stopped else ""
     outcomes = {}
     for variant_id, spec in todo.items():
         attempts = outputs.attempts.get(variant_id, 0)
@@ -439,14 +400,16 @@ def _collect(todo: dict[str, TrialSpec], grid, outputs: OutputsCallback) -> dict
             summary = outputs.finished[variant_id]
             outcomes[variant_id] = VariantOutcome.of(spec, "trained", summary, attempts=attempts)
         else:
-            error = errors.get(variant_id) or outputs.errors.get(variant_id) or "did not finish"
+            error = errors.get(variant_id) or outputs.errors.get(variant_id)
+            error = error or unfinished or "did not finish"
             outcomes[variant_id] = VariantOutcome.of(spec, None, error=error, attempts=attempts)
     return outcomes
 
 
-def _grid_hash(specs: dict[str, TrialSpec]) -> str:
+def _sweep_key(specs: dict[str, TrialSpec]) -> dict[str, str]:
+    """The tags that find the sweep run of this grid (its variants' config hashes)."""
     key = json.dumps(sorted((k, v.config_hash) for k, v in specs.items()))
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+    return {"kind": "sweep", "grid_hash": hashlib.sha256(key.encode()).hexdigest()[:16]}
 
 
 SWEEP_REF = "sweep"
@@ -457,7 +420,7 @@ def _parent_run(outbox: Outbox, grid: dict, infra: Infra, data_hash, specs) -> N
     """The sweep's MLflow parent: an interrupted sweep of the same grid is continued."""
     params = {"variants": len(specs), "grid": json.dumps(grid)}
     params.update({f"ray.{k}": v for k, v in infra.ray.model_dump().items()})
-    key = {"kind": "sweep", "grid_hash": _grid_hash(specs)}
+    key = _sweep_key(specs)
     outbox.start_run(
         SWEEP_REF,
         f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
@@ -466,40 +429,3 @@ def _parent_run(outbox: Outbox, grid: dict, infra: Infra, data_hash, specs) -> N
         params=params,
         tags={"data_hash": data_hash},
     )
-
-
-def _counts(outcomes: dict[str, VariantOutcome]) -> dict[str, int]:
-    """Finished and failed variants (their status), and where the finished came from
-    (their source: trained by this run, or cached)."""
-    records = [o.record for o in outcomes.values()]
-    sources = [o.source for o in outcomes.values()]
-    return {
-        FINISHED: sum(r.finished for r in records),
-        FAILED: sum(not r.finished for r in records),
-        "trained": sources.count("trained"),
-        "cached": sources.count("cached"),
-    }
-
-
-def _write_last_sweep(paths, specs, outcomes, tracked: Tracked, minutes: float) -> dict:
-    log = {
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "models_dir": str(paths.models_dir),
-        "minutes": round(minutes, 3),
-        "parent_run_id": tracked.parent_id,
-        "tracking_records_kept": tracked.kept,
-        "counts": _counts(outcomes),
-        "variants": {
-            variant_id: {
-                "status": outcomes[variant_id].record.status,
-                "source": outcomes[variant_id].source,
-                "attempts": outcomes[variant_id].attempts,
-                "config_hash": spec.config_hash,
-                "run_id": tracked.runs.get(variant_id),
-                "error": outcomes[variant_id].record.error,
-            }
-            for variant_id, spec in specs.items()
-        },
-    }
-    paths.cache.write_last_sweep(log)
-    return log

@@ -18,12 +18,14 @@ from pathlib import Path
 from ray import tune
 
 from pipeline.artifacts import VariantFiles
+from pipeline.config.infra import Infra
 from pipeline.data.dataset import TokenizedData
+from pipeline.io import DiskFullError
 from pipeline.records.train import EPOCH_METRICS, TrainSummary
 from pipeline.runtime.cluster import root_cause
-from pipeline.sweep.callbacks import OutputsCallback
-from pipeline.tracking.outbox import Outbox
-from pipeline.tracking.store import UNFINISHED
+from pipeline.sweep.callbacks import OutputsCallback, trial_error
+from pipeline.tracking.outbox import Outbox, pending_journals
+from pipeline.tracking.store import UNFINISHED, Tracker, TrackingError
 from pipeline.translate.mlflow_model import save_pyfunc
 
 logger = logging.getLogger(__name__)
@@ -34,15 +36,18 @@ ran, and which additive-energy implementation trained it (pipeline.kernels.nativ
 
 
 def _guarded(method):
-    """Tracking must never stop a sweep: a failure to record (a full disk) is a warning."""
+    """Tracking never fails a trial: a failure to record is a warning, and one for lack of
+    space goes to the disk watch (no line here: the sweep stops and the stage names it)."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
+        except DiskFullError as err:
+            self.outputs.disk.report(err)
         except Exception as err:
             logger.warning("tracking (%s): %s: %s", method.__name__, type(err).__name__, err)
-            return None
+        return None
 
     return wrapper
 
@@ -118,10 +123,14 @@ class MlflowCallback(tune.Callback):
         files = VariantFiles(self.models_dir / spec.variant.id)
         result = files.finished(spec.config_hash)
         if result is None:  # the driver could not collect it
-            self.outbox.set_tags(ref, {"error": "outputs not collected"})
+            error = self.outputs.errors.get(spec.variant.id, "outputs not collected")
+            self.outbox.set_tags(ref, {"error": error})
             self.outbox.finish(ref, "FAILED")
             return
-        self._log_finished(ref, spec, files, result.summary)
+        try:
+            self._log_finished(ref, spec, files, result.summary)
+        except DiskFullError as err:  # the run still ends: a later stage logs the model
+            self.outputs.disk.report(err)
         self.outbox.finish(ref, "FINISHED")
 
     def _log_finished(self, ref: str, spec, files: VariantFiles, summary: TrainSummary):
@@ -157,6 +166,38 @@ class MlflowCallback(tune.Callback):
     @_guarded
     def on_trial_error(self, iteration, trials, trial, **info):
         ref = self._run_for(trial)
-        error = trial.get_pickled_error() or trial.get_error()
-        self.outbox.set_tags(ref, {"error": root_cause(error)})
+        self.outbox.set_tags(ref, {"error": root_cause(trial_error(trial))})
         self.outbox.finish(ref, "FAILED")
+
+
+CACHED_RUN = "a later train stage took the variant from the variant cache: it is finished"
+OPEN_SWEEP = "a later train stage of this grid found it open: its stage had ended"
+
+
+def close_cached_runs(outbox: Outbox, cached: list) -> None:
+    """End the runs that stages now gone left RUNNING for the variants ``cached`` (trial
+    specs) that this run takes from the variant cache: finished, their end record was
+    lost to a kill or a full disk."""
+    for spec in cached:
+        key = {"kind": "train", "config_hash": spec.config_hash}
+        outbox.close_stale(key, "FINISHED", CACHED_RUN)
+
+
+def close_earlier_runs(infra: Infra, specs: list, sweep_key: dict[str, str]) -> None:
+    """Nothing to train: send what an earlier run could not, and end the runs it left
+    open (the runs of the variants ``specs``, FINISHED; the sweep run ``sweep_key`` of
+    this grid, FAILED); best effort."""
+    try:
+        tracker = Tracker(infra)
+    except TrackingError as err:
+        if pending_journals(infra.cache_dir):
+            logger.warning("tracking records of earlier runs not sent yet: %s", err)
+        return
+    try:
+        outbox = Outbox(tracker, infra.cache_dir)
+        close_cached_runs(outbox, specs)
+        outbox.close_stale(sweep_key, "FAILED", OPEN_SWEEP)
+    except (OSError, DiskFullError) as err:
+        logger.warning("MLflow: runs left open by earlier stages not closed: %s", err)
+        return
+    outbox.close(infra.tracking.outage_wait_seconds)

@@ -23,6 +23,7 @@ from ray import tune
 from pipeline.artifacts import VariantFiles
 from pipeline.config.grid import Variant
 from pipeline.data.dataset import TokenizedData
+from pipeline.io import DiskFullError, disk_full, free_bytes, space_for, tree_bytes
 from pipeline.records.train import Trained, TrainSummary
 from pipeline.runtime.cluster import (
     TaskResources,
@@ -112,7 +113,37 @@ class SafetyTimeout(TrainCallback):
 
 
 def report(row: dict[str, Any], scratch: Path) -> None:
-    tune.report(row, checkpoint=tune.Checkpoint.from_directory(str(scratch)))
+    """``row`` with a Tune checkpoint of ``scratch``, which Tune copies to its storage
+    (``ray.storage_path``); a full disk there is a :class:`DiskFullError` naming the
+    trial's folder."""
+    checkpoint = tune.Checkpoint.from_directory(str(scratch))
+    with space_for(_trial_storage(), tree_bytes(scratch)):
+        tune.report(row, checkpoint=checkpoint)
+
+
+def _trial_storage() -> str:
+    """Where Tune keeps this trial's checkpoints (under ``ray.storage_path``)."""
+    context = tune.get_context()
+    try:
+        return context.get_storage().trial_fs_path
+    except (AttributeError, RuntimeError):  # Ray's API for it is a developer one
+        return context.get_trial_dir()
+
+
+SCRATCH_MARGIN = 1 << 20
+"""Below this much free (or less than the scratch folder holds), a training error is
+taken for a full scratch disk: torch's checkpoint writer does not say so itself."""
+
+
+def _full_scratch(err: Exception, scratch: Path) -> DiskFullError | None:
+    """``err`` as a full disk under ``scratch`` (its errno or text, or too little free
+    there to write the checkpoints again), else ``None``."""
+    found = disk_full(err, scratch)
+    if found is not None:
+        return found
+    needed = max(tree_bytes(scratch), SCRATCH_MARGIN)
+    free = free_bytes(scratch)
+    return DiskFullError(scratch, free, needed) if free is not None and free < needed else None
 
 
 def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: TokenizedData):
@@ -131,7 +162,8 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
         if checkpoint is None and spec.resume_from:
             checkpoint = tune.Checkpoint(spec.resume_from)
         if checkpoint is not None:
-            checkpoint.to_directory(str(scratch))
+            with space_for(scratch):
+                checkpoint.to_directory(str(scratch))
             done = files.finished(spec.config_hash)
             if done:  # trained before the driver collected its outputs: report it again
                 report(final_report(done.summary), scratch)
@@ -152,6 +184,11 @@ def run_trial(tune_config: dict[str, Any], specs: dict[str, TrialSpec], data: To
                 key=spec.config_hash,
             )
         except Exception as err:
+            full = _full_scratch(err, scratch)
+            if full is err:
+                raise
+            if full is not None:  # the driver's disk watch stops the sweep on it
+                raise full from err
             if steps.count or checkpoint is not None:
                 raise  # failed mid-training: Tune retries it from its checkpoint
             # before its first step: every retry would fail the same way

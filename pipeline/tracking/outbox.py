@@ -30,7 +30,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import textwrap
 import threading
 import time
@@ -42,8 +41,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from pipeline.io import write_json, write_text
-from pipeline.tracking.store import WRITER_TAG, Tracker
+from pipeline.io import DiskFullError, is_disk_full, link_or_copy, space_for, write_json, write_text
+from pipeline.tracking.store import HOST, WRITER_TAG, Tracker, writer_alive
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +50,6 @@ RECORD_TAG = "tracking.record"
 """Tag of a run or logged model: the journal record that made it (found before a resend)."""
 RETRY_MAX_S = 30.0
 """Longest pause between two attempts to reach an unreachable store."""
-HOST = socket.gethostname()
 QUICK_CLIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 """MLflow's own HTTP retries (about 2 minutes by default) shortened where the sender
 runs: it retries a record itself, and an outage is reported within seconds."""
@@ -91,12 +89,26 @@ class Journal:
 
     # ------------------------------------------------------------------ records
     def append(self, record: dict[str, Any]) -> int:
+        """Add ``record``; a full disk raises :class:`DiskFullError` and leaves the file as
+        it was (a line cut short would hide every later record)."""
         with self._append:
             record = {"seq": self._count, **record}
-            with (self.folder / "records.jsonl").open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record, default=str) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
+            line = (json.dumps(record, default=str) + "\n").encode("utf-8")
+            path = self.folder / "records.jsonl"
+            with space_for(path, len(line)):
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    start = os.lseek(fd, 0, os.SEEK_END)
+                    try:
+                        written = 0
+                        while written < len(line):
+                            written += os.write(fd, line[written:])
+                        os.fsync(fd)
+                    except OSError:
+                        os.ftruncate(fd, start)
+                        raise
+                finally:
+                    os.close(fd)
             self._count += 1
             return record["seq"]
 
@@ -119,34 +131,53 @@ class Journal:
 
     def mark_sent(self, count: int) -> None:
         self.sent = count
-        write_text(self.folder / "sent", f"{count}\n")
+        _keep(write_text, self.folder / "sent", f"{count}\n")
 
     def set_run(self, ref: str, run_id: str) -> None:
         self.runs[ref] = run_id
-        write_json(self.folder / "runs.json", self.runs)
+        _keep(write_json, self.folder / "runs.json", self.runs)
+
+    def set_aside(self, record: dict[str, Any]) -> None:
+        """Keep a record the store refused in ``refused.jsonl`` (best effort)."""
+        try:
+            with (self.folder / "refused.jsonl").open("a") as handle:
+                handle.write(json.dumps(record, default=str) + "\n")
+        except OSError as err:
+            logger.debug("tracking journal: refused record not kept (%s)", err)
 
     def snapshot(self, seq_key: str, paths: Iterable[Path]) -> list[str]:
-        """Hard-link (or copy) ``paths`` into ``files/<seq_key>/``; their new paths."""
+        """Hard-link (or copy) ``paths`` into ``files/<seq_key>/``; their new paths. A full
+        disk raises :class:`DiskFullError` and leaves no part of the snapshot."""
         target = self.folder / "files" / seq_key
-        target.mkdir(parents=True, exist_ok=True)
-        kept = []
+        kept, pairs = [], []
         for path in map(Path, paths):
             dest = target / path.name
             if path.is_dir():
-                shutil.copytree(path, dest, copy_function=_link_or_copy, dirs_exist_ok=True)
+                files = sorted(f for f in path.rglob("*") if f.is_file())
+                pairs += [(f, dest / f.relative_to(path)) for f in files]
             elif path.is_file():
-                _link_or_copy(path, dest)
+                pairs.append((path, dest))
             else:
                 continue
             kept.append(str(dest))
+        try:
+            with space_for(target):
+                target.mkdir(parents=True, exist_ok=True)
+                link_or_copy(pairs, target)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
         return kept
 
 
-def _link_or_copy(source, dest) -> None:
+def _keep(write, path: Path, data) -> None:
+    """Write a journal's own bookkeeping (what was sent, run ids): in memory it stays
+    right; on a full disk the file lags, and a crash then resends records, which is
+    harmless (records are idempotent)."""
     try:
-        os.link(source, dest)
-    except OSError:
-        shutil.copy2(source, dest)
+        write(path, data)
+    except (OSError, DiskFullError) as err:
+        logger.debug("tracking journal: %s not updated (%s)", path, err)
 
 
 def _read_json(path: Path, default):
@@ -154,23 +185,6 @@ def _read_json(path: Path, default):
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return default
-
-
-def writer_alive(root: Path, writer: str | None) -> bool:
-    """Whether the process that tagged a run with ``writer`` still runs: its journal's
-    lock is held. A writer of another host whose journal is not here counts as alive."""
-    if not writer:
-        return False
-    folder = root / writer
-    if not folder.is_dir():
-        return not writer.endswith(f"@{HOST}")
-    lock = FileLock(folder / "lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    lock.release(force=True)
-    return False
 
 
 class Outbox:
@@ -241,6 +255,13 @@ class Outbox:
 
     def finish(self, ref: str, status: str = "FINISHED") -> None:
         self._put({"op": "finish", "ref": ref, "status": status})
+
+    def close_stale(self, tags: Mapping[str, str], status: str, reason: str) -> None:
+        """End as ``status`` the runs carrying ``tags`` that a writer now gone left
+        RUNNING (:meth:`Tracker.close_stale`), once the records before this one are sent
+        (those of an orphaned journal included: a run they end is not stale)."""
+        record = {"op": "close", "ref": "", "tags": dict(tags), "status": status}
+        self._put({**record, "reason": reason})
 
     def log_artifacts(self, ref: str, paths: Iterable[Path], subdir: str | None = None) -> None:
         kept = self.journal.snapshot(uuid.uuid4().hex[:12], paths)
@@ -317,8 +338,7 @@ class Outbox:
                         type(err).__name__,
                         str(err).splitlines()[0] if str(err) else "",
                     )
-                    with (journal.folder / "refused.jsonl").open("a") as handle:
-                        handle.write(json.dumps(record, default=str) + "\n")
+                    journal.set_aside(record)
                     journal.mark_sent(journal.sent + 1)
                     continue
                 self._went_offline(err)
@@ -344,8 +364,11 @@ class Outbox:
             return False
 
     def _transient(self, err: Exception) -> bool:
-        """An outage (retry the record later), not a record the store refuses."""
-        return "database is locked" in str(err) or not self._reachable()
+        """An outage (retry the record later: a store that cannot be reached, or is
+        locked, or whose disk is full), not a record the store refuses."""
+        if "database is locked" in str(err) or is_disk_full(err):
+            return True
+        return not self._reachable()
 
     def _went_offline(self, err: Exception) -> None:
         now = time.monotonic()
@@ -378,6 +401,9 @@ class Outbox:
         tracker, op = self.tracker, record["op"]
         if op == "run":
             self._apply_run(journal, record)
+            return
+        if op == "close":
+            tracker.close_stale(record["tags"], record["status"], record["reason"], self._writes)
             return
         run_id = journal.runs.get(record["ref"])
         if run_id is None:
@@ -430,6 +456,14 @@ class Outbox:
             owned=self._owned_by_another,
         )
         journal.set_run(ref, run_id)
+
+    def _writes(self, writer: str | None) -> bool:
+        """Whether ``writer`` still writes its runs: this process, or a live other one
+        (an orphaned journal this process adopted is not)."""
+        orphans = {j.name for j in self.orphans}
+        return writer == self.journal.name or (
+            writer not in orphans and writer_alive(self.root, writer)
+        )
 
     def _owned_by_another(self, writer: str | None) -> bool:
         mine = {self.journal.name, *(j.name for j in self.orphans)}  # adopted: their locks

@@ -34,13 +34,14 @@ import logging
 import math
 import os
 import re
+import socket
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from mlflow.data.dataset_source_registry import resolve_dataset_source
 from mlflow.data.meta_dataset import MetaDataset
 from mlflow.entities import (
@@ -71,6 +72,10 @@ UNFINISHED = ("RUNNING", "FAILED", "KILLED", "SCHEDULED")
 WRITER_TAG = "tracking.writer"
 """The process that writes a run (:mod:`pipeline.tracking.outbox`): another process
 never reopens a RUNNING run whose writer is alive."""
+CLOSED_TAG = "tracking.closed_by"
+"""On a run its own writer left RUNNING (killed, or its end record lost to a full disk):
+why a later stage ended it (:meth:`Tracker.close_stale`)."""
+HOST = socket.gethostname()
 _MAX_PARAM = 6000  # MLflow's limit on a param value's length
 
 
@@ -87,6 +92,24 @@ def _store_lock(uri: str):
 
 LOCK_TIMEOUT_S = 300
 """Bound on waiting for another process to open the same SQLite store."""
+
+
+def writer_alive(root: Path, writer: str | None) -> bool:
+    """Whether the process that tagged a run with ``writer`` still runs: its journal's
+    lock under ``root`` is held. A writer of another host whose journal is not here
+    counts as alive."""
+    if not writer:
+        return False
+    folder = root / writer
+    if not folder.is_dir():
+        return not writer.endswith(f"@{HOST}")
+    lock = FileLock(folder / "lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release(force=True)
+    return False
 
 
 class TrackingError(StageError):
@@ -135,6 +158,7 @@ class Tracker:
     def __init__(self, infra: Infra):
         self.uri = resolve_uri(infra)
         self.log_models = infra.tracking.log_models
+        self.writers = infra.cache_dir / "tracking"  # the writers' journals (outbox)
         name = self.experiment_name = infra.tracking.experiment
         try:
             with _store_lock(self.uri):  # two queued experiments may create the schema
@@ -164,6 +188,13 @@ class Tracker:
         return experiment.experiment_id
 
     def _artifact_location(self) -> str | None:
+        """Where a new experiment keeps its artifacts. A server: its own default root,
+        ``mlflow-artifacts:/`` (the server proxies them: no path of this machine is
+        recorded) unless it was started with ``--no-serve-artifacts`` or
+        ``--default-artifact-root``. A SQLite store: ``mlartifacts/`` beside the file,
+        as an absolute ``file:`` URI; MLflow resolves a relative one against the
+        working directory and records every run's and model's location absolute, so a
+        copied store still points at the original's artifacts (docs/infra.md)."""
         if self.uri.startswith("sqlite:///"):  # a local store: artifacts beside the file
             database = Path(self.uri[len("sqlite:///") :])
             return (database.parent / "mlartifacts").resolve().as_uri()
@@ -265,6 +296,29 @@ class Tracker:
             start_time_ms=start_time_ms,
         )
 
+    def close_stale(
+        self,
+        tags: Mapping[str, str],
+        status: str,
+        reason: str,
+        alive: Callable[[str | None], bool] | None = None,
+    ) -> list[str]:
+        """End as ``status`` every RUNNING run carrying ``tags`` whose writer is gone (a
+        killed stage, an end record lost to a full disk): ``alive`` (default: its journal's
+        lock is held) says which writers still run. Each is tagged :data:`CLOSED_TAG`
+        with ``reason``; returns their ids."""
+        alive = alive or (lambda writer: writer_alive(self.writers, writer))
+        closed = []
+        for run in self._search(tags, max_results=1000):
+            if run.info.status != "RUNNING" or alive(run.data.tags.get(WRITER_TAG)):
+                continue
+            self.set_tags(run.info.run_id, {CLOSED_TAG: reason})
+            self.finish(run.info.run_id, status)
+            closed.append(run.info.run_id)
+        if closed:
+            logger.info("MLflow: %d runs left open by ended stages closed %s", len(closed), status)
+        return closed
+
     def finish(self, run_id: str, status: str = "FINISHED", end_time_ms: int | None = None) -> None:
         self.client.set_terminated(
             run_id, status=RunStatus.to_string(RunStatus.from_string(status)), end_time=end_time_ms
@@ -325,9 +379,14 @@ class Tracker:
         )
         self.client.log_inputs(run_id, datasets=[entity])
 
-    def find_logged_model(self, tags: Mapping[str, str]) -> str | None:
-        """The id of a READY logged model carrying ``tags``, if one exists."""
+    def find_logged_model(
+        self, tags: Mapping[str, str], source_run_id: str | None = None
+    ) -> str | None:
+        """The id of a READY logged model carrying ``tags`` (and logged by run
+        ``source_run_id``, if given), if one exists."""
         clauses = " AND ".join(f"tags.`{k}` = {_quoted(v)}" for k, v in tags.items())
+        if source_run_id:
+            clauses += f" AND source_run_id = {_quoted(source_run_id)}"
         models = self.client.search_logged_models([self.experiment_id], filter_string=clauses)
         ready = [
             m for m in models if str(m.status).endswith("READY") and m.model_type == MODEL_TYPE

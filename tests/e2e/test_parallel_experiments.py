@@ -1,6 +1,7 @@
 """Two queued DVC experiments run at once on a fresh clone (`dvc queue start -j 2`): both
-finish, each with its own sweep, train and evaluation runs, no step logged twice, and no
-race on the SQLite store that neither found (no stage before train touches MLflow)."""
+finish, each with its own sweep, train and evaluation runs, no step logged twice, no
+race on the SQLite store that neither found (no stage before train touches MLflow), and
+each test run linked to its own experiment's training run of the variant."""
 
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def test_two_queued_experiments_at_once_keep_their_runs_apart(tmp_path):
         for run in mine:
             if run.data.tags["kind"] == "train":  # under its own experiment's sweep
                 assert run.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+        _check_test_runs_link_their_own_training(client, name, mine)
     for run in runs:
         if run.data.tags.get("kind") == "train":
             assert run.info.status == "FINISHED", run.data.tags
@@ -83,3 +85,23 @@ def test_two_queued_experiments_at_once_keep_their_runs_apart(tmp_path):
         if r.data.tags.get("kind") == "train" and r.data.tags["variant"].startswith("additive")
     ]
     assert 1 <= len(additive) <= 2  # trained once and reused, or once by each: never merged
+
+
+def _check_test_runs_link_their_own_training(client, name: str, mine: list) -> None:
+    """Each of experiment ``name``'s test runs links a training run of its variant: its
+    own experiment's where it trained one (both may train the shared variant), else the
+    one it took the variant from."""
+    own = {r.data.tags["config_hash"]: r for r in mine if r.data.tags["kind"] == "train"}
+    tests = [r for r in mine if r.data.tags["kind"] == "test"]
+    assert len(tests) == 2, (name, [r.info.run_name for r in tests])
+    for run in tests:
+        config_hash = run.data.tags["config_hash"]
+        linked = client.get_run(run.data.tags["training_run_id"])
+        assert linked.data.tags["kind"] == "train", (name, run.info.run_name)
+        assert linked.data.tags["config_hash"] == config_hash, (name, run.info.run_name)
+        if config_hash in own:
+            assert linked.info.run_id == own[config_hash].info.run_id, (
+                name,
+                run.info.run_name,
+                linked.data.tags.get("dvc.exp_name"),
+            )

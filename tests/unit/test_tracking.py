@@ -116,3 +116,22 @@ def test_evaluation_runs_are_per_dvc_experiment(tracker, monkeypatch):
     assert tracker.find_or_start("e", experiment_key(key)) == first
     monkeypatch.delenv("DVC_EXP_NAME")
     assert tracker.find_or_start("e", experiment_key(key)) == plain
+
+
+def test_a_test_run_links_its_own_experiments_training_run(tracker, monkeypatch):
+    """Two queued experiments both trained a variant: each one's test run links its own
+    experiment's training run, not the newest; a variant this experiment took from the
+    variant cache links the run that trained it."""
+    from pipeline.evaluate.registry import training_runs
+
+    runs = {}
+    for name in ("exp-a", "exp-b"):  # b's runs are the newer
+        monkeypatch.setenv("DVC_EXP_NAME", name)
+        runs[name] = tracker.start_run("additive", tags={"kind": "train", "config_hash": "h"})
+    only_b = tracker.start_run("general", tags={"kind": "train", "config_hash": "g"})
+    monkeypatch.setenv("DVC_EXP_NAME", "exp-a")
+    linked = training_runs(tracker)
+    assert linked["h"].info.run_id == runs["exp-a"]
+    assert linked["g"].info.run_id == only_b
+    monkeypatch.delenv("DVC_EXP_NAME")  # outside an experiment: the newest of any
+    assert training_runs(tracker)["h"].info.run_id == runs["exp-b"]
