@@ -175,6 +175,7 @@ def test_metrics_schema_and_dvc_metrics_and_plots(study):
     by_length = pd.read_csv(root / "metrics" / "bleu_by_length.csv")
     assert set(by_length.columns) == {
         "configuration",
+        "setting",
         "scorer",
         "bucket",
         "sentences",
