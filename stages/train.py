@@ -20,7 +20,7 @@ def main(args, config) -> int:
     # torch, Ray Tune and MLflow (seconds)
     from pipeline.io import space_for
     from pipeline.runtime.console import library_logs_to_file
-    from pipeline.study.design import lock_design
+    from pipeline.study.design import keep_lock, lock_design
     from pipeline.sweep.driver import SweepFailedError, SweepPaths, run_sweep
 
     settings = infra(args)
@@ -30,9 +30,15 @@ def main(args, config) -> int:
     paths = SweepPaths.under(settings, REPO_ROOT / args.tok, REPO_ROOT / args.out)
     try:  # the sweep logs its summary line itself, also before raising
         with space_for(settings.root):  # any other write on a full disk: one line too
-            # the design is locked as training starts (kept while the grid is the same)
-            lock_design(config, paths.models_dir, time.time(), settings.cache_dir, root=REPO_ROOT)
-            run_sweep(config, settings, paths, only=args.only)
+            # the design is locked as training starts (kept while the grid is the same);
+            # a run that trains nothing keeps the lock of the one that trained
+            def lock() -> None:
+                lock_design(
+                    config, paths.models_dir, time.time(), settings.cache_dir, root=REPO_ROOT
+                )
+
+            run_sweep(config, settings, paths, only=args.only, on_training_start=lock)
+            keep_lock(config, paths.models_dir, settings.cache_dir)
     except SweepFailedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

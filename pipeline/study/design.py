@@ -275,6 +275,25 @@ def lock_design(
     return lock
 
 
+def keep_lock(config: Config, models_dir: Path, cache_dir: Path | None) -> DesignLock | None:
+    """The lock kept under ``cache_dir`` for ``config``'s grid, copied to
+    ``models_dir/design.json`` (a run that trained nothing); None when there is none:
+    no lock is made up after training."""
+    path = Path(models_dir) / DESIGN_FILE
+    grid = canonical(declared_design(config)["grid"])
+    kept = _kept(cache_dir, grid)
+    for candidate in (path, kept):
+        if candidate is not None and candidate.is_file():
+            try:
+                lock = DesignLock.load(candidate)
+            except RecordError:
+                continue
+            if lock.grid == grid:
+                _store(lock, path, kept)
+                return lock
+    return None
+
+
 def _kept(cache_dir: Path | None, grid: str) -> Path | None:
     if cache_dir is None:
         return None

@@ -144,7 +144,9 @@ def _tune(
     return tuner.fit()
 
 
-def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dict:
+def run_sweep(
+    config: Config, infra: Infra, paths: SweepPaths, only=None, on_training_start=None
+) -> dict:
     """Train every selected variant not already finished; write ``models/sweep.json``.
     Returns the run log (``last_sweep.json``: counts, statuses, attempts, MLflow runs).
 
@@ -152,7 +154,9 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
     ``models/`` or the variant cache), train (the rest, through Tune, tracked in MLflow),
     record (``models/sweep.json`` and the run log), then one summary line, also when a
     write failed for lack of space (:class:`~pipeline.io.DiskFullError`, raised after
-    it: the first such failure, with what the variants left need)."""
+    it: the first such failure, with what the variants left need). ``on_training_start``:
+    called once the checks before training passed, just before the first trial (the
+    train stage locks the design there)."""
     started = time.time()
     data = TokenizedData.load(paths.tok_dir)
     specs = plan(config, infra, data, only)
@@ -161,7 +165,7 @@ def run_sweep(config: Config, infra: Infra, paths: SweepPaths, only=None) -> dic
     logger.info("%d variants: %d cached, %d to train", len(specs), len(outcomes), len(todo))
     training = Training(infra, paths, data, specs, config.train.grid) if todo else None
     if training is not None:
-        outcomes.update(training.run(todo))
+        outcomes.update(training.run(todo, on_training_start))
     else:
         close_earlier_runs(infra, list(specs.values()), _sweep_key(specs))
     return conclude(paths, data, specs, outcomes, training, config.train.allow_partial, started)
@@ -231,7 +235,7 @@ class Training:
         self.disk = DiskWatch()  # the first write that failed for lack of space
         self.space: SpacePlan | None = None
 
-    def run(self, todo: dict[str, TrialSpec]) -> dict[str, VariantOutcome]:
+    def run(self, todo: dict[str, TrialSpec], on_start=None) -> dict[str, VariantOutcome]:
         """Preflight (the trials' hardware, then the disks), then Tune; the outcome of
         every variant of ``todo``."""
         infra, paths = self.infra, self.paths
@@ -246,6 +250,8 @@ class Training:
         init_ray(infra.ray)  # before MLflow: a cluster that cannot run it fails here
         self.outbox = Outbox(Tracker(infra), infra.cache_dir)  # an unusable store fails here
         _parent_run(self.outbox, self.grid, infra, self.data.fingerprint(), self.specs)
+        if on_start is not None:
+            on_start()
         close_cached_runs(self.outbox, [s for k, s in self.specs.items() if k not in todo])
         todo = {k: _resumable(spec, paths.cache) for k, spec in todo.items()}
         outputs = OutputsCallback(

@@ -189,3 +189,15 @@ def test_findings_json_holds_the_lock_the_gates_and_the_family_without_explorato
     }
     record.write(tmp_path / "findings.json")
     assert StudyRecord.load(tmp_path / "findings.json") == record
+
+
+def test_a_run_that_trains_nothing_keeps_the_lock_and_makes_none_up(tmp_path):
+    from pipeline.config.params import Config
+    from pipeline.study.design import DESIGN_FILE, keep_lock, lock_design
+
+    config, models, cache = Config(), tmp_path / "models", tmp_path / "cache"
+    assert keep_lock(config, models, cache) is None and not (models / DESIGN_FILE).exists()
+    locked = lock_design(config, models, 1_000.0, cache, root=tmp_path)
+    (models / DESIGN_FILE).unlink()  # DVC deletes models/ before the train stage reruns
+    assert keep_lock(config, models, cache) == locked
+    assert (models / DESIGN_FILE).is_file()
