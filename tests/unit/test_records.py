@@ -22,29 +22,11 @@ from pipeline.records.train import (
     Trained,
     TrainSummary,
 )
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, train_summary
 
 
 def summary(**changes) -> TrainSummary:
-    values = dict(
-        variant_id="additive-fwd-h16-s1",
-        best_epoch=2,
-        best_step=40,
-        best_dev_loss=3.5,
-        best_dev_bleu=4.25,
-        epochs_run=3,
-        steps=60,
-        wall_time_s=12.0,
-        tokens_per_s=900.0,
-        parameter_count=1234,
-        precision="fp32",
-        stop_reason="early_stopping",
-        evaluations=6,
-        plateaued=True,
-        device="cpu",
-        node_id="abc",
-    )
-    return TrainSummary(**{**values, **changes})
+    return train_summary(**changes)
 
 
 def record(variant_id="additive-fwd-h16-s1", **changes) -> VariantRecord:
