@@ -75,10 +75,6 @@ class VariantMetrics:
     def load(cls, path: Path) -> VariantMetrics:
         return cls.from_json(read_record(path, "dvc repro evaluate"), str(path))
 
-    def bucket_bleu(self) -> dict[str, float]:
-        """BLEU per length bucket's label."""
-        return {b.bucket: b.bleu for b in self.by_length}
-
 
 @dataclass(frozen=True)
 class EvaluationSummary:
