@@ -21,6 +21,7 @@ def main(args, config) -> int:
     from pipeline.io import space_for
     from pipeline.runtime.console import library_logs_to_file
     from pipeline.study.design import keep_lock, lock_design
+    from pipeline.study.plan import log_plan
     from pipeline.sweep.driver import SweepFailedError, SweepPaths, run_sweep
 
     settings = infra(args)
@@ -28,6 +29,7 @@ def main(args, config) -> int:
     if run_log is not None:
         logger.info("Ray, Tune and MLflow log to %s", run_log)
     paths = SweepPaths.under(settings, REPO_ROOT / args.tok, REPO_ROOT / args.out)
+    log_plan(config)
     try:  # the sweep logs its summary line itself, also before raising
         with space_for(settings.root):  # any other write on a full disk: one line too
             # the design is locked as training starts (kept while the grid is the same);

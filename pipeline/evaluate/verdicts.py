@@ -160,6 +160,7 @@ def study_findings(
             comparisons=config.evaluate.comparisons,
             train_cut=config.fetch.split.max_train_words,
             design_status=design.status,
+            exploratory=config.evaluate.exploratory,
         )
         if decoding == main:
             ratio = baseline_ratio(estimator, grid)

@@ -47,7 +47,13 @@ from pipeline.config.params import Config
 from pipeline.io import write_json
 from pipeline.records.base import RecordError, read_record, validated
 from pipeline.study.declarations import GATES, baseline_gates
-from pipeline.study.findings import Grid, declare, declare_comparisons, effect_of
+from pipeline.study.findings import (
+    Grid,
+    check_exploratory,
+    declare,
+    declare_comparisons,
+    effect_of,
+)
 from pipeline.study.record import DeclarationChange, LockRecord
 
 logger = logging.getLogger(__name__)
@@ -73,7 +79,7 @@ def design_hash(design: Mapping[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------ the declared design
-def _grid(config: Config) -> Grid:
+def planned_grid(config: Config) -> Grid:
     """The findings' :class:`~pipeline.study.findings.Grid` of every grid point, as if
     every variant had trained to its plateau (the design is known before training)."""
     rows = []
@@ -97,7 +103,7 @@ def _grid(config: Config) -> Grid:
 def declared_design(config: Config) -> dict[str, Any]:
     """The design ``config`` and the declarations give, before any variant trains:
     ``{"findings": {title: declaration}, "grid": {"seeds", "stopping"}}``."""
-    grid = _grid(config)
+    grid = planned_grid(config)
     cut = config.fetch.split.max_train_words
     stopping = {key: getattr(config.train, key) for key in STOPPING}
     gates = baseline_gates(cut)
@@ -127,7 +133,9 @@ def declared_design(config: Config) -> dict[str, Any]:
                 for c in sorted(configurations, key=lambda c: c.label(grid))
             },
             "stopping": stopping,
+            "exploratory": config.evaluate.exploratory.get(finding.title),
         }
+    check_exploratory(config.evaluate.exploratory, list(findings))
     seeds = {}
     for systems in grid.configurations():
         first = grid.table.set_index("variant").loc[next(iter(systems.values()))]

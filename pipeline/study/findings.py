@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.config.params import ConfigError
 from pipeline.study.declarations import (
     ATTENTION_50,
     EFFECTS,
@@ -519,6 +520,7 @@ def judge(
     comparisons=(),
     train_cut: int | None = 30,
     design_status: Callable[[str], tuple[str, DeclarationChange | None] | None] | None = None,
+    exploratory: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """Declare every finding (the study's, then ``comparisons`` from params), compute each
     one's a-priori power, measure the baseline's gates, estimate the parts, and give each
@@ -526,7 +528,9 @@ def judge(
     missing one is not testable). ``design_status(title)``: ``(why, the change of its
     declaration)`` for a finding the design lock does not cover, ``None`` for a
     confirmatory one (:meth:`pipeline.study.design.DesignCheck.status`; without it every
-    finding is confirmatory); exploratory findings are left out of the family."""
+    finding is confirmatory); ``exploratory``: titles declared exploratory before
+    training, with why (``evaluate.exploratory``); exploratory findings are left out of
+    the family."""
     declared = [(f, specs, effect_of(f, specs, train_cut)) for f, specs in declare(grid)]
     study = len(declared)  # the study's own findings come first; the user's have no gates
     declared += declare_comparisons(comparisons)
@@ -536,6 +540,9 @@ def judge(
     for index, (finding, specs, effect) in enumerate(declared):
         finding.effect, finding.settings = effect, settings
         status = design_status(finding.title) if design_status is not None else None
+        if exploratory and finding.title in exploratory:
+            finding.confirmatory = False
+            finding.exploratory = f"{DECLARED_EXPLORATORY}: {exploratory[finding.title]}"
         if status is not None:
             finding.confirmatory = False
             finding.exploratory, finding.change = status
@@ -583,6 +590,20 @@ def judge(
     for finding in findings:
         decide(finding)
     return findings
+
+
+DECLARED_EXPLORATORY = "declared exploratory before training"
+
+
+def check_exploratory(titles, declared: list[str]) -> None:
+    """Refuse an ``evaluate.exploratory`` title that names no declared finding or
+    comparison (``declared``), in one line."""
+    unknown = sorted(set(titles) - set(declared))
+    if unknown:
+        raise ConfigError(
+            f"evaluate.exploratory: {', '.join(unknown)}: no such finding or comparison "
+            f"(declared: {', '.join(declared)})"
+        )
 
 
 def _settings(grid: Grid) -> dict[str, Any] | None:

@@ -43,7 +43,9 @@ def test_the_design_holds_what_each_finding_declares_and_the_grid():
     assert attention["effect"]["value"] == 7.57 and attention["effect"]["published"]
     assert attention["gates"]["applies"] == "size"
     assert [g["threshold"] for g in attention["gates"]["gates"]] == [2.52, 0.324]
-    assert attention["seeds"] == {"additive-fwd-h256": 6, "none-fwd-h256": 6}
+    assert attention["seeds"] == {"additive-fwd-h256": 3, "none-fwd-h256": 2}
+    assert attention["exploratory"] is None
+    assert design["findings"]["Length"]["exploratory"].startswith("its claim needs")
     assert design["findings"]["Scorer"]["effect"]["published"] is False  # margin declared here
     assert design["grid"]["stopping"] == {
         "patience": 4,
@@ -52,7 +54,7 @@ def test_the_design_holds_what_each_finding_declares_and_the_grid():
         "converged_window": 2000,
         "max_steps": 9000,
     }
-    assert design["grid"]["seeds"]["general-fwd-h256"] == 5
+    assert design["grid"]["seeds"]["general-fwd-h256"] == 3
     assert re.fullmatch(r"[0-9a-f]{64}", design_hash(design))
     assert design_hash(design) == design_hash(declared_design(config()))
     assert design_hash(design) != design_hash(declared_design(config(max_steps=8000)))

@@ -44,6 +44,7 @@ def _study(
     hidden=(256,),
     rest="{}",
     design_status=None,
+    exploratory=None,
 ):
     """``quality(scorer, reverse, bucket, hidden) -> mean score`` of each configuration;
     per sentence: that mean + the sentence's difficulty + the seed's offset + noise. The
@@ -85,7 +86,9 @@ def _study(
         metric=_mean,
         configurations=grid.configurations(),
     )
-    judged = judge(estimator, grid, set(subsets), design_status=design_status)
+    judged = judge(
+        estimator, grid, set(subsets), design_status=design_status, exploratory=exploratory
+    )
     return {f.title: f for f in judged}, grid
 
 

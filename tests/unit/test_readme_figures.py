@@ -94,10 +94,25 @@ def current_default(m: re.Match) -> list[tuple]:
     for v in variants:
         key = (v.model.scorer, v.model.reverse_source, v.model.hidden_size)
         confirmatory[key] = confirmatory.get(key, 0) + 1
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+    several = [c for c in confirmatory.values() if c > 1]
     return [
         (number(m[1]), len(variants)),
         (number(m[2]), params().fetch.split.max_train_words),
-        (m[3], {5: "five"}.get(min(c for c in confirmatory.values() if c > 1))),
+        (m[3], words.get(min(several))),
+        (m[4], words.get(max(several))),
+    ]
+
+
+def committed_grid(m: re.Match) -> list[tuple]:
+    table = summary()
+    seeds = table.groupby(["scorer", "reverse_source", "hidden_size"]).seed.nunique()
+    several = [int(c) for c in seeds if c > 1]
+    words = {5: "five", 6: "six"}
+    return [
+        (number(m[1]), len(table)),
+        (m[2], words.get(min(several))),
+        (m[3], words.get(max(several))),
     ]
 
 
@@ -192,9 +207,13 @@ def citation_year(m: re.Match) -> list[tuple]:
 
 FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
     "the default study's size": (
-        r"trains (\d+) variants on sentences of up to (\d+) words, at least (\w+) seeds behind "
-        r"every finding",
+        r"trains (\d+) variants on sentences of up to (\d+) words, (\w+) or (\w+) seeds behind "
+        r"each configuration a confirmatory finding compares",
         current_default,
+    ),
+    "the committed study's grid": (
+        r"is of the earlier default grid \((\d+) variants, (\w+) or (\w+) seeds per configuration\)",
+        committed_grid,
     ),
     "test sentences inside the training lengths": (
         r"the ([\d,]+) test sentences of at most (\d+) words",
