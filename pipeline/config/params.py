@@ -408,6 +408,7 @@ class EvaluateConfig(Section):
             if not why.strip():
                 raise ValueError(f"{title}: say why it is exploratory")
         return value
+
     precision: Literal["auto", "fp32", "bf16"] = "fp32"
     """Dtype of the decoder's matrix products, as ``train.precision``. fp32 by default: bf16
     beam search scored 0.1-0.2 BLEU lower for 1.1-1.5x the speed (docs/budget.md)."""

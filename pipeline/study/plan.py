@@ -7,8 +7,8 @@ the pilot's variances, the Bonferroni level of the confirmatory family, the pool
 degrees of freedom of the whole grid), and the seeds per configuration that give 80%.
 A configuration needs the most seeds any confirmatory finding that compares it needs
 (at least 2: one seed has no seed variance); one that no confirmatory finding compares
-needs none (the grid may give it one seed, exploratory). Findings named in ``evaluate.exploratory`` are declared
-exploratory before training and plan no seeds.
+needs none (the grid may give it one seed, exploratory). Findings named in
+``evaluate.exploratory`` are declared exploratory before training and plan no seeds.
 
 ``python -m pipeline.study.plan [params.yaml]`` prints the plan and each configuration's
 seeds in the grid against what the plan needs; the train stage logs the same lines

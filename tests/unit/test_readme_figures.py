@@ -212,7 +212,8 @@ FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
         current_default,
     ),
     "the committed study's grid": (
-        r"is of the earlier default grid \((\d+) variants, (\w+) or (\w+) seeds per configuration\)",
+        r"is of the earlier default grid \((\d+) variants, (\w+) or (\w+) seeds per "
+        r"configuration\)",
         committed_grid,
     ),
     "test sentences inside the training lengths": (

@@ -88,6 +88,7 @@ def test_a_finding_declared_exploratory_is_judged_outside_the_family():
     reversal = declared["Reversal"]
     assert everything["Reversal"].confirmatory and not reversal.confirmatory
     assert reversal.exploratory == f"{DECLARED_EXPLORATORY}: its gate is expected to fail"
+
     def family(findings):
         return sum(1 for f in findings.values() if f.confirmatory for p in f.parts if p.primary)
 
