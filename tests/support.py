@@ -203,6 +203,7 @@ def tiny_params(root: Path, **train) -> dict:
                 "num_buckets": 3,
                 "bucket_width": 5,
                 "max_train_words": None,
+                "exclude_from_test": None,  # the default lists Bible test sentences
             },
         },
         "tokenize": {"vocab_size": 80},

