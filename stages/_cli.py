@@ -90,7 +90,9 @@ def traceback_note(err: BaseException, stage: str) -> str:
 
 
 def run(
-    main: Callable[[argparse.Namespace, Config], int | None], cli: argparse.ArgumentParser
+    main: Callable[[argparse.Namespace, Config], int | None],
+    cli: argparse.ArgumentParser,
+    private_network: bool = False,
 ) -> None:
     """Parse args, load params, call ``main``; errors the user can fix become one line.
 
@@ -100,11 +102,19 @@ def run(
     (``--verbose`` adds the traceback; one that may still be a bug also writes it to a
     file the line names) and exit 1. Anything else is a bug until shown otherwise: it
     prints its traceback.
+
+    ``private_network``: a stage that starts a private Ray re-runs itself, first of all,
+    in a loopback-only network namespace where the study is local
+    (:func:`pipeline.runtime.netns.isolate`).
     """
     args = cli.parse_args()
     stage = Path(sys.argv[0]).stem
     setup_logging(args.verbose)
     try:
+        if private_network:
+            from pipeline.runtime.netns import isolate
+
+            isolate(infra(args))  # may re-exec this stage: before anything else runs
         config = load_config(args.params)
         load_plugins(list(config.plugin_sources))  # the stage trains/decodes/reports with them
         code = main(args, config)

@@ -41,4 +41,4 @@ if __name__ == "__main__":
     cli.add_argument("--models", default="models")
     cli.add_argument("--out", default="eval")
     cli.add_argument("--metrics", default="metrics", help="DVC metrics/plots folder")
-    run(main, cli)
+    run(main, cli, private_network=True)  # its Ray: loopback only (pipeline.runtime.netns)

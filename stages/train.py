@@ -52,4 +52,4 @@ if __name__ == "__main__":
     cli.add_argument("--tok", default="data/tok", help="tokenize output (default: data/tok)")
     cli.add_argument("--out", default="models", help="output folder (default: models)")
     cli.add_argument("--only", nargs="+", default=None, metavar="VARIANT", help="variant ids")
-    run(main, cli)
+    run(main, cli, private_network=True)  # its Ray: loopback only (pipeline.runtime.netns)

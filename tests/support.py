@@ -162,6 +162,8 @@ CLEARED_ENV = (
     "DVC_ROOT",
     "DVC_EXP_NAME",
     "DVC_EXP_BASELINE_REV",
+    "STUDY_NETNS",
+    "STUDY_NETWORK",
 )
 """Settings of the environment a test project must not inherit."""
 
@@ -330,6 +332,75 @@ def stage(
     command = [sys.executable, "-m", module, "--params", str(params), *args]
     return subprocess.run(
         command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+LOOPBACK_HEX = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+"""127.0.0.1, ::ffff:127.0.0.1 and ::1 as /proc/net/tcp{,6} write them."""
+
+
+def listeners(pid: int) -> list[str]:
+    """The listening TCP sockets (``address:port``, hex as /proc writes them) of the
+    network namespace process ``pid`` is in."""
+    found = []
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found += [line.split()[1] for line in lines if line.split()[3] == "0A"]
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc's parent links)."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    below, frontier = [], [pid]
+    while frontier:
+        current = frontier.pop()
+        children = [p for p, pp in parent.items() if pp == current]
+        below += children
+        frontier += children
+    return below
+
+
+def watch_ray_ports(process: subprocess.Popen, timeout: float = 300) -> dict:
+    """While ``process`` (a stage) runs: its network namespace against this process's,
+    and the listeners of its Ray's GCS server's namespace, once the GCS listens."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        for pid in descendants(process.pid):
+            try:
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            ports = listeners(pid) if name == "gcs_server" else []
+            if ports:
+                return {
+                    "stage_netns": os.readlink(f"/proc/{process.pid}/ns/net"),
+                    "own_netns": os.readlink("/proc/self/ns/net"),
+                    "ray_listeners": ports,
+                    "host_listeners": listeners(os.getpid()),
+                }
+        time.sleep(0.2)
+    return {}
+
+
+def stage_process(module: str, params: Path, *args: str, extra_env=None) -> subprocess.Popen:
+    """:func:`stage` started, not waited for (text pipes for stdout and stderr)."""
+    env = dict(os.environ, **(extra_env or {}))
+    env.update(PYTHONPATH=str(REPO_ROOT), RAY_DEDUP_LOGS="0")
+    for key in CLEARED_ENV:
+        env.pop(key, None)
+    command = [sys.executable, "-m", module, "--params", str(params), *args]
+    return subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 

@@ -7,23 +7,49 @@ import pytest
 import torch
 
 from pipeline.io import sha256_file
+from pipeline.runtime import netns
 from tests.support import (
+    LOOPBACK_HEX,
     last_sweep,
     make_project,
     stage,
+    stage_process,
     tracked_runs,
     train_args,
+    watch_ray_ports,
 )
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
+    """The tiny project trained once; while it trains, where its Ray listens
+    (``root/ports.json``, :func:`tests.support.watch_ray_ports`)."""
     root = tmp_path_factory.mktemp("sweep")
     params = make_project(root)
-    result = stage("stages.train", params, root, *train_args(root))
-    assert result.returncode == 0, result.stderr[-3000:]
-    (root / "train.stderr").write_text(result.stderr)
+    with stage_process("stages.train", params, *train_args(root)) as process:
+        ports = watch_ray_ports(process)
+        _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    (root / "train.stderr").write_text(stderr)
+    (root / "ports.json").write_text(json.dumps(ports))
     return root, params
+
+
+def test_a_local_study_opens_no_port_beyond_the_loopback(trained):
+    """The train stage of a study on one machine runs in a network namespace of its own:
+    its Ray's listeners are on the loopback of that namespace only and none of them is
+    among this machine's; where the system refuses a namespace the stage says so."""
+    root, _ = trained
+    ports = json.loads((root / "ports.json").read_text())
+    stderr = (root / "train.stderr").read_text()
+    if netns._unshare() is None:  # e.g. a container without user namespaces: said, once
+        assert stderr.count("Ray listens on every interface") == 1, stderr[-2000:]
+        return
+    assert ports, "the stage's Ray never listened"
+    assert ports["stage_netns"] != ports["own_netns"]
+    addresses = {entry.rsplit(":", 1)[0] for entry in ports["ray_listeners"]}
+    assert addresses <= LOOPBACK_HEX, addresses
+    assert not set(ports["ray_listeners"]) & set(ports["host_listeners"])
 
 
 def test_grid_trains_every_variant_with_outputs(trained):
