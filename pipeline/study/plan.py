@@ -46,6 +46,7 @@ class FindingPlan:
     finding: str
     effect: str  # the effect of interest in words ("+7.57 BLEU", "within +-2 BLEU")
     seeds: dict[str, int]  # configuration -> seeds in the grid (0: absent)
+    se: float  # the planned standard error of its estimate (scale units)
     power: float | None  # at the grid's seeds (None: a configuration has fewer than 2)
     seeds_needed: int | None  # per configuration for 80% (None: more than 50)
     exploratory: str  # why, where declared exploratory before training; "" confirmatory
@@ -59,7 +60,7 @@ class FindingPlan:
         if self.power is None:
             power = "not testable (fewer than 2 seeds)"
         else:
-            power = f"power {self.power:.0%}"
+            power = f"planned SE {self.se:.3g}, power {self.power:.0%}"
         needed = self.seeds_needed if self.seeds_needed is not None else ">50"
         kind = "exploratory" if self.exploratory else "confirmatory"
         return f"{self.finding} ({kind}, {self.effect}): {seeds}; {power}; 80% needs {needed}"
@@ -98,6 +99,7 @@ def plan(config: Config) -> list[FindingPlan]:
                 title,
                 effect.describe(),
                 seeds,
+                power.se,
                 power.power if testable else None,
                 power.seeds_needed,
                 exploratory.get(title, ""),
