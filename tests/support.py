@@ -551,3 +551,17 @@ def variant_record(
         TrainConfig(**{"seed": seed, **(train or {})}),
         train_summary(variant_id, **summary),
     )
+
+
+def dvc(sh, *args, timeout=900):
+    """``python -m dvc <args>`` in the project ``sh`` runs commands in."""
+    return sh(sys.executable, "-m", "dvc", *args, timeout=timeout)
+
+
+def translate_cli(cwd, *args, stdin: str):
+    """``python -m pipeline.translate <args>`` in the project at ``cwd``, text on stdin."""
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    command = [sys.executable, "-m", "pipeline.translate", *map(str, args)]
+    return subprocess.run(
+        command, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=300
+    )

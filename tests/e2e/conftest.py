@@ -4,13 +4,16 @@ tests.
 
 The tiny study (:func:`study`) is built once per test session and read by every test that
 only reads a study's outputs; a test that changes a study works on a copy of it
-(:func:`study_copy`), never on a rebuilt one. Its tests live in one file, which
-``make test``'s workers run whole on one worker (``--dist loadfile``), so it is built once."""
+(:func:`study_copy`), never on a rebuilt one. Its tests live in two files (what reads it,
+what changes a copy of it), which ``make test``'s workers run side by side; the first to
+need the study builds it while the other waits."""
 
 import contextlib
+import fcntl
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,16 +37,48 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+STUDY_BUILD_S = 1200
+"""How long a worker waits for another to finish building the tiny study."""
+
+
 @pytest.fixture(scope="session")
-def study(tmp_path_factory):
+def study(tmp_path_factory, worker_id):
     """A tiny study as a user's clone has it, after ``dvc repro`` and a commit: real DVC,
     Ray, MLflow. Its grid: none and additive in both source orders at learning rate
     0.01, the plugin scorer ``scorers/cosine.py``, and one additive variant at learning
     rate 1e36, which diverges on purpose (``allow_partial`` lets the study finish around
     it); a comparison is declared in params. Returns ``(root, sh)``.
 
-    Read-only: a test that changes the project works on :func:`study_copy`."""
-    root = tmp_path_factory.mktemp("study")
+    Built once per test run: under pytest-xdist the first worker that needs it builds it
+    in the run's shared temporary folder while the others wait (at most
+    :data:`STUDY_BUILD_S`), then all read it. Read-only: a test that changes the project
+    works on :func:`study_copy`."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent
+    root = shared / "study0"
+    with open(shared / "study0.lock", "w") as lock:
+        deadline = time.monotonic() + STUDY_BUILD_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, "another worker's study build timed out"
+                time.sleep(1)
+        failed = shared / "study0.failed"
+        assert not failed.exists(), f"the study build failed on another worker: {failed}"
+        if not (shared / "study0.built").exists():
+            try:
+                _build_study(root)
+            except BaseException:
+                failed.write_text("failed")
+                raise
+            (shared / "study0.built").write_text("built")
+    return root, shell(root)
+
+
+def _build_study(root: Path) -> None:
+    root.mkdir()
     write_tsv(root / "corpus.tsv", synthetic_pairs(400, seed=11, max_words=14))
     params = tiny_params(
         root,
@@ -76,7 +111,6 @@ def study(tmp_path_factory):
     assert result.returncode == 0, result.stdout[-4000:]
     console(root).write_text(result.stdout)  # what the user's terminal showed
     commit_all(sh, "study")
-    return root, sh
 
 
 def console(root: Path) -> Path:

@@ -1,8 +1,9 @@
 """The whole pipeline as a user runs it: `dvc repro` over all five stages on a tiny grid
-(real DVC, Ray, MLflow, sacreBLEU, Chromium), then DVC experiments on top of it (in the
-workspace, `--temp`, `--queue` + `dvc queue start`) and the MLflow server's view of the
-runs. One variant diverges on purpose (learning rate 1e36) and `allow_partial` lets the
-study finish around it. The study is built once (tests/e2e/conftest.py)."""
+(real DVC, Ray, MLflow, sacreBLEU, Chromium), its outputs, its MLflow runs as the MLflow
+server shows them, translation and serving of its models, its console and plots. One
+variant diverges on purpose (learning rate 1e36) and `allow_partial` lets the study
+finish around it. The study is built once per test run (tests/e2e/conftest.py); DVC
+experiments on copies of it: tests/e2e/test_study_experiments.py."""
 
 import json
 import os
@@ -22,9 +23,9 @@ from pipeline.data.dataset import SubwordTokenizer
 from pipeline.study.findings import VERDICTS
 from tests.support import (
     needs_browser,
-    run_queue,
     stages_run,
     tracked_runs,
+    translate_cli,
 )
 from tools.browser import check_page
 from tools.mlflow_ui import (
@@ -66,36 +67,6 @@ def test_repro_writes_every_stage_output_and_second_repro_does_nothing(study):
         assert (root / path).is_file(), path
     again = sh(sys.executable, "-m", "dvc", "repro")
     assert again.returncode == 0 and not stages_run(again.stdout), again.stdout
-
-
-def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(study_copy):
-    """scorers/cosine.py, named in params: trained, checkpointed and reloaded, decoded with
-    attention, compared with none and the reference, in the metrics, the report and
-    MLflow; editing the file makes the train stage stale."""
-    root, sh = study_copy
-    variant = "cosine-fwd-h16-s1-lr0.01"
-    sweep = json.loads((root / "models" / "sweep.json").read_text())
-    assert sweep["variants"][variant]["status"] == "finished"
-    assert (root / "eval" / variant / "attention.npz").is_file()
-    metrics = json.loads((root / "metrics" / "test.json").read_text())
-    assert "cosine" in metrics["bleu_inside"]
-    comparisons = pd.read_csv(root / "eval" / "comparisons.csv")
-    assert "cosine - none" in set(comparisons.name)  # exploratory, against none
-    findings = json.loads((root / "eval" / "findings.json").read_text())
-    declared = {f["title"]: f for f in findings["findings"]["beam"]}
-    assert declared["Cosine vs additive"]["verdict"] == "not testable"  # one seed, unplateaued
-    assert "cosine" in (root / "reports" / "index.html").read_text()
-    _, runs = tracked_runs(root, kind="test")
-    assert f"test:{variant}" in {r.info.run_name for r in runs}
-    plugin = root / "scorers" / "cosine.py"
-    original = plugin.read_text()
-    try:
-        plugin.write_text(original + "\n# edited\n")
-        status = sh(sys.executable, "-m", "dvc", "status", "train")
-        assert "scorers" in status.stdout and "modified" in status.stdout, status.stdout
-    finally:
-        plugin.write_text(original)
-    assert "changed" not in sh(sys.executable, "-m", "dvc", "status", "train").stdout
 
 
 def test_metrics_schema_and_dvc_metrics_and_plots(study):
@@ -329,10 +300,6 @@ def test_report_renders_in_a_real_browser(study, tmp_path):
     assert "Findings" in html and "additive-rev-h16-s1-lr0.01" in html and "Provenance" in html
 
 
-def dvc(sh, *args, timeout=900):
-    return sh(sys.executable, "-m", "dvc", *args, timeout=timeout)
-
-
 def test_mlflow_server_shows_parents_children_and_summary_metrics(study, tmp_path):
     """The store as the MLflow UI sees it: through `mlflow server`'s REST API on
     127.0.0.1, and its pages in headless Chromium (runs, not the GenAI overview)."""
@@ -368,23 +335,6 @@ def test_mlflow_server_shows_parents_children_and_summary_metrics(study, tmp_pat
         assert "test_bleu" in text and "additive-rev-h16-s1-lr0_01" in text
 
 
-def test_no_op_train_rerun_reruns_nothing_downstream(study_copy):
-    root, sh = study_copy
-    forced = dvc(sh, "repro", "--force", "--single-item", "train")
-    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
-    assert "Running stage 'train'" in forced.stdout
-    again = dvc(sh, "repro")
-    assert again.returncode == 0 and not stages_run(again.stdout), again.stdout
-
-
-def _translate(cwd, *args, stdin: str):
-    env = {**os.environ, "PYTHONPATH": str(cwd)}
-    command = [sys.executable, "-m", "pipeline.translate", *map(str, args)]
-    return subprocess.run(
-        command, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=300
-    )
-
-
 def test_a_trained_variant_translates_text_as_the_evaluation_decoded_it(study, tmp_path):
     """`python -m pipeline.translate <variant>` on the test sources gives the evaluate
     stage's hypotheses; an exported copy gives them too, alone in another folder."""
@@ -395,12 +345,12 @@ def test_a_trained_variant_translates_text_as_the_evaluation_decoded_it(study, t
         for line in (root / "data" / "raw" / "test.tsv").read_text(encoding="utf-8").splitlines()
     ]
     expected = (root / "eval" / variant / "hypotheses.txt").read_text(encoding="utf-8")
-    done = _translate(root, variant, "--beam", 2, stdin="\n".join(sources) + "\n")
+    done = translate_cli(root, variant, "--beam", 2, stdin="\n".join(sources) + "\n")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == expected
     exported = tmp_path / "exported"
-    assert _translate(root, variant, "--export", exported, stdin="").returncode == 0
-    alone = _translate(root, exported, "--beam", 2, stdin="\n".join(sources[:5]) + "\n")
+    assert translate_cli(root, variant, "--export", exported, stdin="").returncode == 0
+    alone = translate_cli(root, exported, "--beam", 2, stdin="\n".join(sources[:5]) + "\n")
     assert alone.stdout.splitlines() == expected.splitlines()[:5]
 
 
@@ -419,7 +369,7 @@ def test_the_dev_chosen_variant_loads_and_serves_from_the_mlflow_registry(study)
     assert chosen == max(additive, key=additive.get)
     uri = f"sqlite:///{root / 'mlflow.db'}"
     sources = ["la casa", "el perro come"]
-    local = _translate(root, chosen, "--beam", 5, stdin="\n".join(sources) + "\n")
+    local = translate_cli(root, chosen, "--beam", 5, stdin="\n".join(sources) + "\n")
     loaded = subprocess.run(
         [
             sys.executable,
@@ -482,107 +432,6 @@ def test_the_dev_chosen_variant_loads_and_serves_from_the_mlflow_registry(study)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
-
-
-def test_models_pushed_to_a_dvc_remote_translate_in_a_fresh_clone(study_copy, tmp_path):
-    """The documented remote: `dvc push` from the study's repo, `git clone` + `dvc pull`
-    elsewhere; the clone's `dvc repro` has nothing to train or evaluate, and it
-    translates."""
-    root, sh = study_copy
-    remote = tmp_path / "remote"
-    assert dvc(sh, "remote", "add", "--local", "-d", "shared", str(remote)).returncode == 0
-    pushed = dvc(sh, "push")
-    assert pushed.returncode == 0, pushed.stderr[-2000:]
-    clone = tmp_path / "clone"
-    assert subprocess.run(["git", "clone", "-q", str(root), str(clone)]).returncode == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
-    env["PYTHONPATH"] = str(clone)
-
-    def in_clone(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "dvc", *args],
-            cwd=clone,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-
-    assert in_clone("remote", "add", "--local", "-d", "shared", str(remote)).returncode == 0
-    pulled = in_clone("pull")
-    assert pulled.returncode == 0, pulled.stderr[-2000:]
-    repro = in_clone("repro")
-    assert repro.returncode == 0, (repro.stdout + repro.stderr)[-3000:]
-    assert stages_run(repro.stdout) == set(), repro.stdout  # only the always-run record
-    variant = "additive-fwd-h16-s1-lr0.01"
-    done = _translate(clone, variant, "--greedy", stdin="la casa\n")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout == _translate(root, variant, "--greedy", stdin="la casa\n").stdout
-
-
-def _experiment(shown: list, name: str) -> dict:
-    for baseline in shown:
-        for experiment in baseline.get("experiments") or []:
-            if experiment.get("name") == name:
-                return experiment["revs"][0]
-    raise AssertionError(f"experiment {name} not in `dvc exp show`")
-
-
-def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
-    """The experiment's test scores are in MLflow, in runs tagged with its name and
-    baseline, found from `dvc exp show`'s row; no training was redone."""
-    baseline = sh("git", "rev-parse", "HEAD").stdout.strip()
-    client, runs = tracked_runs(root, kind="test", **{"dvc.exp_name": name})
-    assert len(runs) == 5, [r.info.run_name for r in runs]
-    for run in runs:
-        assert run.data.tags["dvc.baseline_rev"] == baseline
-        assert run.data.params["evaluate.beam_size"] == str(beam)
-        assert "test_bleu" in run.data.metrics and "checkpoint_dev_bleu" in run.data.metrics
-    _, evaluations = tracked_runs(root, kind="evaluation", **{"dvc.exp_name": name})
-    assert len(evaluations) == 1
-    _, trained = tracked_runs(root, kind="train")
-    finished = [r for r in trained if r.info.status == "FINISHED"]
-    assert len(finished) == 5  # the experiment reused the trained models
-    shown = dvc(sh, "exp", "show", "--json")
-    assert shown.returncode == 0, shown.stderr[-2000:]
-    row = _experiment(json.loads(shown.stdout), name)
-    metrics = row["data"]["metrics"]["metrics/test.json"]["data"]
-    best = evaluations[0].data.tags["best_scorer"]  # chosen on dev
-    chosen = [r for r in runs if r.data.tags["variant"].startswith(f"{best}-fwd")]
-    assert metrics["best_bleu_all"] == pytest.approx(chosen[0].data.metrics["test_bleu"], abs=0.01)
-    assert row["data"]["params"]["params.yaml"]["data"]["evaluate"]["beam_size"] == beam
-
-
-def test_dvc_exp_run_temp_logs_tagged_runs_in_the_repos_store(study_copy):
-    root, sh = study_copy
-    result = dvc(sh, "exp", "run", "--temp", "-n", "beam1", "-S", "evaluate.beam_size=1")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    _check_experiment_runs(root, sh, "beam1", 1)
-    columns = dvc(sh, "exp", "show", "--csv", "--only-changed").stdout.splitlines()[0]
-    assert len(columns.split(",")) < 30, columns  # readable: headline metrics only
-    # each revision drawn separately: the template splits lines by revision
-    plots = dvc(sh, "plots", "diff", "HEAD", "beam1", "--json")
-    assert plots.returncode == 0, plots.stderr[-2000:]
-    rendered = json.loads(plots.stdout)["data"]["metrics/bleu_by_length.csv"][0]["content"]
-    revisions = {d["rev"] for d in rendered["data"]["values"]}
-    assert len(revisions) == 2 and rendered["encoding"]["detail"]["field"] == "series"
-
-
-def test_dvc_queued_experiment_runs_with_queue_start(study_copy):
-    root, sh = study_copy
-    queued = dvc(sh, "exp", "run", "--queue", "-n", "beam3", "-S", "evaluate.beam_size=3")
-    assert queued.returncode == 0, queued.stderr[-2000:]
-    status = run_queue(sh, ["beam3"], timeout=600)
-    assert re.search(r"beam3\s.*Success", status), status
-    _check_experiment_runs(root, sh, "beam3", 3)
-
-
-def test_dvc_exp_run_in_the_workspace(study_copy):
-    root, sh = study_copy
-    result = dvc(sh, "exp", "run", "-n", "beam4", "-S", "evaluate.beam_size=4")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    assert "Running stage 'train'" not in result.stdout
-    _check_experiment_runs(root, sh, "beam4", 4)
 
 
 def test_the_train_stage_prints_the_studys_lines_and_rays_go_to_the_run_log(study):
