@@ -42,12 +42,13 @@ study: setup          ## reproduce the whole study (dvc repro); PRESET=name: a p
 	$(if $(PRESET),python -m tools.preset $(PRESET))
 	dvc repro
 
-# TEST_WORKERS: pytest-xdist workers. The end-to-end tests spend most of their time waiting
-# on the processes they start (Ray, DVC, MLflow), so two workers fill two cores. Each test
-# file runs whole on one worker (--dist loadfile), so a fixture a file shares (the tiny
-# study, a Ray cluster) is built once; files start in the order pytest collects them, the
+# TEST_WORKERS: pytest-xdist workers. The end-to-end tests spend much of their time waiting
+# on the processes they start (Ray, DVC, MLflow), so four workers keep two cores busier than
+# two do (docs/benchmarks.md, "The test suite"). Each test file runs whole on one worker
+# (--dist loadfile), so a fixture a file shares (a Ray cluster) is built once, and the tiny
+# study once per run for all workers; files start in the order pytest collects them, the
 # end-to-end ones first (--no-loadscope-reorder). TEST_WORKERS=0: one process, no workers.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 4
 PYTEST := python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup           ## the full test suite, end-to-end tests included (what CI runs)
 	$(PYTEST)

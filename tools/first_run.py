@@ -258,7 +258,7 @@ def readme_block(out: Path = OUT) -> str:
         "|---|---|---|",
         "| `make study` | creates `.venv`, installs the project, runs `dvc repro`: fetch, "
         f"tokenize, train, evaluate, report | {study} |",
-        "| `make test` | the same setup, then `python -m pytest` on two workers (what CI runs); "
+        "| `make test` | the same setup, then `python -m pytest` on four workers (what CI runs); "
         "the report's browser check runs where Chromium is installed and skips otherwise | "
         + test
         + " |",
