@@ -127,7 +127,11 @@ def _tune(
     tuner = tune.Tuner(
         trainable,
         param_space={"variant": tune.grid_search(sorted(todo))},
-        tune_config=tune.TuneConfig(max_concurrent_trials=ray_cfg.max_concurrent_trials or None),
+        # a finished trial's worker process runs the next trial (same resources): no new
+        # process importing torch per variant; the weights are bit-identical either way
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=ray_cfg.max_concurrent_trials or None, reuse_actors=True
+        ),
         run_config=tune.RunConfig(
             name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",  # unique per driver
             storage_path=paths.storage,

@@ -31,10 +31,37 @@ from tests.support import (
 HERE = Path(__file__).parent
 
 
+LONGEST_FIRST = (
+    "test_study_e2e.py",  # builds the tiny study the experiments file reads
+    "test_sweep_faults.py",
+    "test_disk_full.py",
+    "test_tracking_outage.py",
+    "test_study_experiments.py",  # by the time a worker takes it, the study is built
+    "test_sweep_failures.py",
+    "test_parallel_experiments.py",
+    "test_sweep.py",
+    "test_two_node_cluster.py",
+    "test_model_env.py",
+    "test_cluster.py",
+    "test_kernel_build.py",
+    "test_stages.py",
+)
+"""The end-to-end files, longest first (as measured on four workers): ``make test``'s
+workers take whole files in collection order, so the long ones do not start last."""
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(item.fspath).parents:
             item.add_marker(pytest.mark.slow)
+
+    def rank(item) -> int:
+        path = Path(item.fspath)
+        if HERE not in path.parents:
+            return len(LONGEST_FIRST) + 1  # unit tests after every end-to-end file
+        return LONGEST_FIRST.index(path.name) if path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
 
 
 STUDY_BUILD_S = 1200

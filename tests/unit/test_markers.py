@@ -31,3 +31,12 @@ def test_not_slow_collects_nothing_of_the_end_to_end_folder():
     fast = _collect("not slow")
     assert fast.returncode == 5, fast.stdout[-2000:] + fast.stderr[-2000:]
     assert "deselected" in fast.stdout, fast.stdout[-2000:]  # there were tests to deselect
+
+
+def test_every_end_to_end_file_has_its_place_in_the_order():
+    """A new end-to-end file is placed in tests/e2e/conftest.py's LONGEST_FIRST by its
+    measured time, not left to start last by accident."""
+    from tests.e2e.conftest import HERE, LONGEST_FIRST
+
+    files = sorted(p.name for p in HERE.glob("test_*.py"))
+    assert sorted(LONGEST_FIRST) == files
