@@ -32,6 +32,7 @@ from pipeline.data.fetch import fetch
 from pipeline.data.tokenize import tokenize
 from pipeline.records.sweep import FINISHED, VariantRecord
 from pipeline.records.train import TrainSummary
+from pipeline.study.record import BaselineRatio, Family, StudyRecord
 from pipeline.sweep.cache import VariantCache
 from pipeline.train.callbacks import TrainCallback
 from tools.mlflow_ui import free_port
@@ -565,3 +566,24 @@ def translate_cli(cwd, *args, stdin: str):
     return subprocess.run(
         command, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=300
     )
+
+
+def study_record(findings=(), ratio: float | None = None, **changes) -> StudyRecord:
+    """A findings record (``eval/findings.json``) under the beam decoding: ``findings``
+    (FindingRecord), their family at Bonferroni over their count, the baseline's share
+    ``ratio`` beside the paper's; ``changes`` replace any other field."""
+    size = max(len(findings), 1)
+    base = {
+        "main_decoding": "beam",
+        "reference": "additive",
+        "reference_chosen_on": "mean best dev BLEU",
+        "reference_dev_bleu": {"additive": 20.0},
+        "excluded_from_confirmatory": (),
+        "family": Family(size, "Bonferroni", 0.05, 1 - 0.05 / size),
+        "power_from": "an earlier run",
+        "bootstrap": "sentences within length strata",
+        "baseline_ratio": BaselineRatio(ratio, 13.93 / 21.50, "none over additive"),
+        "decoding_dependent": (),
+        "findings": {"beam": tuple(findings)},
+    }
+    return StudyRecord(**{**base, **changes})

@@ -11,6 +11,7 @@ import pandas as pd
 
 from pipeline.report.findings import _updates, answer
 from pipeline.study.record import BaselineRatio, Family, StudyRecord
+from tests.support import study_record
 
 
 def table(steps: list[int], caps: list[int]) -> pd.DataFrame:
@@ -38,17 +39,12 @@ def test_no_cap_is_named_when_variants_differ_or_have_none():
 
 def study(**changes) -> StudyRecord:
     """A study record without findings (what the answer and the design notes read)."""
-    base = StudyRecord(
-        main_decoding="beam",
+    base = study_record(
         reference=None,
-        reference_chosen_on="mean best dev BLEU",
         reference_dev_bleu={},
-        excluded_from_confirmatory=(),
         family=Family(5, "Bonferroni", 0.05, 0.99),
         power_from="",
         bootstrap="",
-        baseline_ratio=BaselineRatio(None, 13.93 / 21.50, "none over additive"),
-        decoding_dependent=(),
         findings={},
     )
     return replace(base, **changes)

@@ -12,8 +12,8 @@ from pipeline.config.params import Config
 from pipeline.report.pages import render_markdown
 from pipeline.study.design import build_lock, check
 from pipeline.study.findings import measured_gates
-from pipeline.study.record import BaselineRatio, Family, StudyRecord
-from tests.support import REPO_ROOT
+from pipeline.study.record import Family, StudyRecord
+from tests.support import REPO_ROOT, study_record
 from tests.unit.test_findings_rules import _study
 from tests.unit.test_gates import floor
 from tests.unit.test_report_pages import context
@@ -31,18 +31,10 @@ def gated(tmp_path_factory) -> StudyRecord:
     findings, _ = _study(floor(4.0), design_status=checked.status)
     listed = list(findings.values())
     size = sum(1 for f in listed for p in f.parts if p.primary)
-    return StudyRecord(
-        main_decoding="beam",
-        reference="additive",
-        reference_chosen_on="mean best dev BLEU",
-        reference_dev_bleu={"additive": 20.0},
-        excluded_from_confirmatory=(),
+    return study_record(
+        [f.record() for f in listed],
+        ratio=0.2,
         family=Family(size, "Bonferroni", 0.05, 1 - 0.05 / size),
-        power_from="an earlier run",
-        bootstrap="sentences within length strata",
-        baseline_ratio=BaselineRatio(0.2, 13.93 / 21.50, "none over additive"),
-        decoding_dependent=(),
-        findings={"beam": tuple(f.record() for f in listed)},
         gates={"beam": tuple(g.record() for g in measured_gates(listed))},
         design_lock=checked.record(),
     )

@@ -33,15 +33,14 @@ from pipeline.report.pages import (
 from pipeline.report.render import PIPELINE_OUTPUTS, commit_state, table_headers
 from pipeline.report.writers import verdict_class
 from pipeline.study.record import (
-    BaselineRatio,
     Design,
     EffectOfInterest,
-    Family,
     FindingRecord,
     PartEstimate,
     PartRecord,
     StudyRecord,
 )
+from tests.support import study_record
 
 
 def finding(title: str, verdict: str, answer: str = "", effect=None) -> FindingRecord:
@@ -97,19 +96,7 @@ def study(*findings: FindingRecord) -> StudyRecord:
             "Depth", "opposite direction", "Deeper encoders translate worse, against the claim."
         ),
     )
-    return StudyRecord(
-        main_decoding="beam",
-        reference="additive",
-        reference_chosen_on="mean best dev BLEU",
-        reference_dev_bleu={"additive": 20.0},
-        excluded_from_confirmatory=(),
-        family=Family(len(beam), "Bonferroni", 0.05, 1 - 0.05 / len(beam)),
-        power_from="an earlier run",
-        bootstrap="sentences within length strata",
-        baseline_ratio=BaselineRatio(None, 13.93 / 21.50, "none over additive"),
-        decoding_dependent=(),
-        findings={"beam": tuple(beam)},
-    )
+    return study_record(beam)
 
 
 def ranking() -> pd.DataFrame:
