@@ -326,14 +326,20 @@ def stage(
     module: str, params: Path, root: Path, *args: str, timeout: int = 600, extra_env=None, **kw
 ):
     """Run a stage CLI the way DVC does (a subprocess), with paths under ``root``."""
+    command, env = _stage_command(module, params, args, extra_env)
+    return subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+def _stage_command(module: str, params: Path, args, extra_env) -> tuple[list[str], dict]:
+    """A stage CLI's command line and environment: the repo's code on ``PYTHONPATH``,
+    none of :data:`CLEARED_ENV`, ``extra_env`` over the rest."""
     env = dict(os.environ, **(extra_env or {}))
     env.update(PYTHONPATH=str(REPO_ROOT), RAY_DEDUP_LOGS="0")
     for key in CLEARED_ENV:
         env.pop(key, None)
-    command = [sys.executable, "-m", module, "--params", str(params), *args]
-    return subprocess.run(
-        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kw
-    )
+    return [sys.executable, "-m", module, "--params", str(params), *args], env
 
 
 LOOPBACK_HEX = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
@@ -395,11 +401,7 @@ def watch_ray_ports(process: subprocess.Popen, timeout: float = 300) -> dict:
 
 def stage_process(module: str, params: Path, *args: str, extra_env=None) -> subprocess.Popen:
     """:func:`stage` started, not waited for (text pipes for stdout and stderr)."""
-    env = dict(os.environ, **(extra_env or {}))
-    env.update(PYTHONPATH=str(REPO_ROOT), RAY_DEDUP_LOGS="0")
-    for key in CLEARED_ENV:
-        env.pop(key, None)
-    command = [sys.executable, "-m", module, "--params", str(params), *args]
+    command, env = _stage_command(module, params, args, extra_env)
     return subprocess.Popen(
         command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
