@@ -1,13 +1,17 @@
 """Two queued DVC experiments run at once on a fresh clone (`dvc queue start -j 2`): both
 finish, each with its own sweep, train and evaluation runs, no step logged twice, no
-race on the SQLite store that neither found (no stage before train touches MLflow), and
-each test run linked to its own experiment's training run of the variant."""
+race on the SQLite store that neither found (no stage before train touches MLflow),
+each test run linked to its own experiment's training run of the variant and tagged
+with the experiment's baseline, and `dvc exp show`'s row of each experiment holding its
+parameter and the metrics its own evaluation logged."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support import (
@@ -59,6 +63,9 @@ def test_two_queued_experiments_at_once_keep_their_runs_apart(tmp_path):
     for name in grids:
         assert re.search(rf"{name}\s.*Success", status), status
 
+    baseline = sh("git", "rev-parse", "HEAD").stdout.strip()
+    shown = sh(sys.executable, "-m", "dvc", "exp", "show", "--json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("test")
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
@@ -74,6 +81,7 @@ def test_two_queued_experiments_at_once_keep_their_runs_apart(tmp_path):
             if run.data.tags["kind"] == "train":  # under its own experiment's sweep
                 assert run.data.tags["mlflow.parentRunId"] == sweep.info.run_id
         _check_test_runs_link_their_own_training(client, name, mine)
+        _check_shown_row(json.loads(shown.stdout), name, scorers, mine, baseline)
     for run in runs:
         if run.data.tags.get("kind") == "train":
             assert run.info.status == "FINISHED", run.data.tags
@@ -105,3 +113,28 @@ def _check_test_runs_link_their_own_training(client, name: str, mine: list) -> N
                 run.info.run_name,
                 linked.data.tags.get("dvc.exp_name"),
             )
+
+
+def _check_shown_row(shown: list, name: str, scorers: str, mine: list, baseline: str) -> None:
+    """``dvc exp show``'s row of experiment ``name``: the scorers it set, and the best
+    scorer's test BLEU its own evaluation logged (chosen on dev); its MLflow test runs
+    carry the experiment's baseline revision and their scores."""
+    rows = [
+        experiment["revs"][0]
+        for row in shown
+        for experiment in row.get("experiments") or []
+        if experiment.get("name") == name
+    ]
+    assert len(rows) == 1, f"experiment {name} not once in `dvc exp show`"
+    data = rows[0]["data"]
+    grid = data["params"]["params.yaml"]["data"]["train"]["grid"]
+    assert grid["scorer"] == scorers.strip("[]").split(","), grid
+    tests = [r for r in mine if r.data.tags["kind"] == "test"]
+    for run in tests:
+        assert run.data.tags["dvc.baseline_rev"] == baseline, run.info.run_name
+        assert "test_bleu" in run.data.metrics and "checkpoint_dev_bleu" in run.data.metrics
+    (evaluation,) = [r for r in mine if r.data.tags["kind"] == "evaluation"]
+    best = evaluation.data.tags["best_scorer"]
+    (chosen,) = [r for r in tests if r.data.tags["variant"].startswith(f"{best}-fwd")]
+    metrics = data["metrics"]["metrics/test.json"]["data"]
+    assert metrics["best_bleu_all"] == pytest.approx(chosen.data.metrics["test_bleu"], abs=0.01)

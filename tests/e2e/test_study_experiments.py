@@ -1,19 +1,19 @@
 """DVC experiments on a copy of the tiny study (tests/e2e/conftest.py): a plugin scorer
 trained like a built-in, a no-op rerun that reruns nothing, models pushed to a DVC remote
-and translated in a fresh clone, and `dvc exp run` in the workspace, with `--temp` and
-queued (`dvc queue start`), each experiment's runs in MLflow tagged with its name. The
-study is built once per test run and read by tests/e2e/test_study_e2e.py alongside."""
+and translated in a fresh clone, and `dvc exp run` in the workspace and with `--temp`,
+each experiment's runs in MLflow tagged with its name. Queued experiments (`dvc queue
+start`, two at once): tests/e2e/test_parallel_experiments.py. The study is built once
+per test run and read by tests/e2e/test_study_e2e.py alongside."""
 
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
-from tests.support import dvc, run_queue, stages_run, tracked_runs, translate_cli
+from tests.support import dvc, stages_run, tracked_runs, translate_cli
 
 
 def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(study_copy):
@@ -104,15 +104,6 @@ def test_dvc_exp_run_temp_logs_tagged_runs_in_the_repos_store(study_copy):
     rendered = json.loads(plots.stdout)["data"]["metrics/bleu_by_length.csv"][0]["content"]
     revisions = {d["rev"] for d in rendered["data"]["values"]}
     assert len(revisions) == 2 and rendered["encoding"]["detail"]["field"] == "series"
-
-
-def test_dvc_queued_experiment_runs_with_queue_start(study_copy):
-    root, sh = study_copy
-    queued = dvc(sh, "exp", "run", "--queue", "-n", "beam3", "-S", "evaluate.beam_size=3")
-    assert queued.returncode == 0, queued.stderr[-2000:]
-    status = run_queue(sh, ["beam3"], timeout=600)
-    assert re.search(r"beam3\s.*Success", status), status
-    _check_experiment_runs(root, sh, "beam3", 3)
 
 
 def test_dvc_exp_run_in_the_workspace(study_copy):

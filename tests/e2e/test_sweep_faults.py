@@ -3,6 +3,8 @@ a sweep interrupted and killed, a damaged cache entry, a summary that cannot be 
 A diverging trial and an error before the first step: tests/e2e/test_sweep_failures.py."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -94,32 +96,13 @@ def test_a_sweep_interrupted_then_killed_resumes_from_tune_checkpoints_each_time
     assert resumable(root) == {}  # every resume record cleared once its variant finished
 
 
-def test_a_corrupted_cached_variant_is_retrained_not_served(tmp_path):
-    """64 flipped bytes inside a finished variant's checkpoint (models/ and the variant
-    cache share the file): the rerun names the damaged entry, retrains the variant and
-    serves the retrained weights, which equal the first run's."""
-    root = tmp_path
-    params = make_project(root, grid={"scorer": ["none"]}, max_epochs=1)
-    first = stage("stages.train", params, root, *train_args(root))
-    assert first.returncode == 0, first.stderr[-3000:]
-    model = root / "models" / "none-fwd-h16-s1" / "checkpoint.pt"
-    weights = load_checkpoint(model).model.state_dict()
-    (entry,) = (root / ".study_cache" / "variants").glob("*/checkpoint.pt")
-    data = bytearray(entry.read_bytes())
-    data[2000:2064] = bytes(b ^ 0xFF for b in data[2000:2064])
-    with open(entry, "r+b") as handle:  # in place, as a disk error would
-        handle.write(data)
-    rerun = stage("stages.train", params, root, *train_args(root))
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"variant cache entry {entry.parent}: checkpoint.pt does not match" in rerun.stderr
-    assert last_sweep(root)["variants"]["none-fwd-h16-s1"]["source"] == "trained"
-    retrained = load_checkpoint(model).model.state_dict()
-    assert all(torch.equal(retrained[k], weights[k]) for k in weights)
-
-
-def test_an_error_writing_sweep_json_after_training_ends_the_parent_run_failed(tmp_path):
+def test_a_summary_that_cannot_be_written_then_a_corrupted_cache_entry(tmp_path):
     """Training succeeds, then ``models/sweep.json`` cannot be written (a folder holds its
-    name): one line naming the file, exit 1, and no MLflow run left RUNNING."""
+    name): one line naming the file, exit 1, what stood there left as it was, and no
+    MLflow run left RUNNING. Then 64 bytes flip inside one finished variant's checkpoint
+    (models/ and the variant cache share the file): the rerun names the damaged entry,
+    retrains that variant and serves the retrained weights, which equal the first run's;
+    the other variant is taken from the cache."""
     root = tmp_path
     params = make_project(root, grid={"scorer": ["none", "dot"]}, max_epochs=1)
     blocker = root / "models" / "sweep.json"
@@ -134,3 +117,20 @@ def test_an_error_writing_sweep_json_after_training_ends_the_parent_run_failed(t
     assert parent.info.status == "FAILED"
     children = {r.info.run_name: r.info.status for r in all_runs if r is not parent}
     assert children == {"none-fwd-h16-s1": "FINISHED", "dot-fwd-h16-s1": "FINISHED"}
+
+    shutil.rmtree(blocker)
+    model = root / "models" / "none-fwd-h16-s1" / "checkpoint.pt"
+    weights = load_checkpoint(model).model.state_dict()
+    entries = (root / ".study_cache" / "variants").glob("*/checkpoint.pt")
+    (entry,) = [path for path in entries if os.path.samefile(path, model)]
+    data = bytearray(entry.read_bytes())
+    data[2000:2064] = bytes(b ^ 0xFF for b in data[2000:2064])
+    with open(entry, "r+b") as handle:  # in place, as a disk error would
+        handle.write(data)
+    rerun = stage("stages.train", params, root, *train_args(root))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"variant cache entry {entry.parent}: checkpoint.pt does not match" in rerun.stderr
+    sources = {k: v["source"] for k, v in last_sweep(root)["variants"].items()}
+    assert sources == {"none-fwd-h16-s1": "trained", "dot-fwd-h16-s1": "cached"}, sources
+    retrained = load_checkpoint(model).model.state_dict()
+    assert all(torch.equal(retrained[k], weights[k]) for k in weights)

@@ -35,18 +35,21 @@ class _Loop(torch.nn.Module):
 
 
 @pytest.mark.parametrize(
-    ("block", "query_bias"),
+    ("block", "query_bias", "fast"),
     [
-        (2**18, False),  # one block a step
-        (12, False),  # one batch row a block
-        (2**18, True),  # a W_a with a bias (AdditiveScorer has none; the loop takes one)
+        (2**18, False, False),  # one block a step
+        (12, False, True),  # one batch row a block
+        (2**18, True, True),  # a W_a with a bias (AdditiveScorer has none; the loop takes one)
     ],
 )
-def test_gradients_of_all_three_outputs_pass_gradcheck(block, query_bias, monkeypatch):
+def test_gradients_of_all_three_outputs_pass_gradcheck(block, query_bias, fast, monkeypatch):
     """Float64 gradcheck of states, contexts and attention weights with respect to the
     embeddings, the initial state, the keys, the values and every weight the loop reads,
     with a padded source position. (The keys are a float64 leaf here: the scorer's
-    ``precompute`` makes float32 keys, too coarse for finite differences.)"""
+    ``precompute`` makes float32 keys, too coarse for finite differences.) The first case
+    checks every Jacobian entry; the variants of it check random projections of the
+    Jacobian (``fast_mode``), which a wrong entry fails as well, in a fraction of the
+    time."""
     monkeypatch.setattr(additive_energy, "BLOCK_ELEMENTS", block)
     cell, scorer, values, embedded, hidden, mask = _inputs(torch.float64)
     if query_bias:
@@ -71,7 +74,7 @@ def test_gradients_of_all_three_outputs_pass_gradcheck(block, query_bias, monkey
         return torch.func.functional_call(loop, state, (values, keys, embedded, hidden))
 
     inputs = (values, keys, embedded, hidden, *weights)
-    assert torch.autograd.gradcheck(run, inputs, atol=1e-7)
+    assert torch.autograd.gradcheck(run, inputs, atol=1e-7, fast_mode=fast)
     tops, _, attention = run(*inputs)
     assert attention[1, :, 3:].abs().max() == 0  # the padded positions are never read
     torch.testing.assert_close(attention.sum(-1), torch.ones(3, 4, dtype=torch.float64))
