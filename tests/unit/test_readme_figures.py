@@ -104,15 +104,23 @@ def current_default(m: re.Match) -> list[tuple]:
     ]
 
 
-def committed_grid(m: re.Match) -> list[tuple]:
-    table = summary()
-    seeds = table.groupby(["scorer", "reverse_source", "hidden_size"]).seed.nunique()
-    several = [int(c) for c in seeds if c > 1]
-    words = {5: "five", 6: "six"}
+def curves() -> pd.DataFrame:
+    return pd.read_csv(REPO_ROOT / "metrics" / "learning_curves.csv")
+
+
+def converged(m: re.Match) -> list[tuple]:
+    """The largest seed median of a configuration's final dev-BLEU slope (tools.convergence)."""
+    from tools.convergence import by_configuration, slopes
+
+    window = params().train.converged_window
+    table = by_configuration(slopes(curves(), window))
+    return [(number(m[1]), window), (float(m[2]), round(float(table.median_slope.max()), 2))]
+
+
+def total_updates(m: re.Match) -> list[tuple]:
     return [
-        (number(m[1]), len(table)),
-        (m[2], words.get(min(several))),
-        (m[3], words.get(max(several))),
+        (number(m[1]), int(curves().groupby("variant").step.max().sum())),
+        (number(m[2]), params().train.batch_tokens),
     ]
 
 
@@ -211,11 +219,6 @@ FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
         r"each configuration a confirmatory finding compares",
         current_default,
     ),
-    "the committed study's grid": (
-        r"is of the earlier default grid \((\d+) variants, (\w+) or (\w+) seeds per "
-        r"configuration\)",
-        committed_grid,
-    ),
     "test sentences inside the training lengths": (
         r"the ([\d,]+) test sentences of at most (\d+) words",
         inside_sentences,
@@ -223,6 +226,14 @@ FIGURES: dict[str, tuple[str, Callable[[re.Match], list[tuple]]]] = {
     "steps to the plateau and the cap": (
         r"Every variant plateaued, at ([\d,]+)-([\d,]+) updates \(the cap is ([\d,]+)\)",
         plateaued,
+    ),
+    "the final dev-BLEU slopes": (
+        r"slope over its last ([\d,]+) updates was at most \+([\d.]+) BLEU per 1,000 updates",
+        converged,
+    ),
+    "the study's updates": (
+        r"The study trained ([\d,]+) updates of ([\d,]+) target tokens in\s+all",
+        total_updates,
     ),
     "CUDA tests": (
         r"\((\d+) tests\) runs only where .*? it passed on an (\w+) and an (\w+)",
