@@ -156,6 +156,11 @@ def render(result: dict[str, Any]) -> str:
 START, END = "<!-- first-run:start -->", "<!-- first-run:end -->"
 
 
+def _interruptions(count: int) -> str:
+    """``1`` -> ``"an interruption"``; ``3`` -> ``"3 interruptions"``."""
+    return "an interruption" if count == 1 else f"{count} interruptions"
+
+
 def _minutes(seconds: float) -> str:
     if seconds >= 5400:
         return f"{seconds / 3600:.1f} h"
@@ -199,7 +204,8 @@ def _study_cell(run: dict[str, Any], out: Path) -> str:
         return (
             f"{_minutes(sum(stages.values()))} on a {env['cpus']}-core {env['cpu']} "
             f"({env['isa']}): the {record['variants']}-variant grid, run as {segments} "
-            "`make study` runs resumed after interruptions, their times summed: setup "
+            f"`make study` runs (resumed after {_interruptions(segments - 1)}), "
+            "their times summed: setup "
             f"{_minutes(stages['setup'])}, fetch + tokenize "
             f"{_minutes(stages['fetch'] + stages['tokenize'])}, train "
             f"{_minutes(stages['train'])}, evaluate {_minutes(stages['evaluate'])}, report "
