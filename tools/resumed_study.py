@@ -7,7 +7,8 @@ it starts (``segment``, ``start`` in epoch seconds, ``cpu``, ``cores``, ``flags`
 its output with every line prefixed by the epoch second it was written. A stage's time in
 a segment runs from its ``Running stage '<name>'`` line to the next stage's line, or to the
 segment's end; ``setup`` is the time before the first stage (``make setup`` and DVC's
-start). The README's ``make study`` row sums them (``python -m tools.first_run
+start). The variants and their precision come from the clone's ``reports/summary.csv``.
+The README's ``make study`` row sums them (``python -m tools.first_run
 --update-readme``).
 
     python -m tools.resumed_study --logs /work/rerun-logs --clone /work/rerun
@@ -18,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from pipeline.io import write_json
 
@@ -86,12 +88,8 @@ def build(logs: Path, clone: Path) -> dict[str, Any]:
             }
         )
     first = starts[min(starts)]
-    variants = subprocess.run(
-        [sys.executable, "-c", "from pipeline.config import load_config; "
-         "from pipeline.config.grid import expand_grid; "
-         "print(len(expand_grid(load_config('params.yaml'))))"],
-        cwd=clone, capture_output=True, text=True, check=True, timeout=120,
-    ).stdout.strip()  # fmt: skip
+    # what the study trained, as its report lists it: the variants and their numerics
+    trained = pd.read_csv(clone / "reports" / "summary.csv")
     return {
         "what": "The default study from a fresh clone, run as `make study` again in the same "
         "clone after each interruption: finished variants are cached, an unfinished one "
@@ -101,13 +99,13 @@ def build(logs: Path, clone: Path) -> dict[str, Any]:
         "segments.jsonl, stage boundaries from the stamped 'Running stage' lines.",
         "revision": first["commit"],
         "final_revision": starts[max(starts)]["commit"],
-        "variants": int(variants),
+        "variants": len(trained),
         "environment": {
             "cpu": first["cpu"],
             "cpus": first["cores"],
             "isa": isa(first["flags"]),
             "machines": sorted({f"{s['cpu']} ({s['isa']})" for s in segments}),
-            "precision": "fp32",
+            "precision": "/".join(sorted(set(trained.train_precision.astype(str)))),
         },
         "segments": segments,
     }
