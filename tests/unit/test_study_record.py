@@ -146,3 +146,22 @@ def test_the_report_and_the_readme_read_the_findings_through_the_record(path):
 
 def test_the_key_check_sees_subscripts_and_gets():
     assert key_reads('f["verdict"]; s.get("findings", {}); t[0]') == ["verdict", "findings"]
+
+
+def test_the_committed_study_holds_its_gates_and_no_failed_gate_is_read_past():
+    """The committed findings hold each decoding's measured gates, and every finding whose
+    claim (or the comparison of its size) needs the baseline's gates carries them; where
+    one fails, the claim is not testable and no size verdict is given."""
+    from pipeline.study.labels import NOT_TESTABLE, SIZE_VERDICTS
+
+    study = StudyRecord.load(COMMITTED)
+    assert set(study.gates) == set(study.findings)
+    for decoding, gates in study.gates.items():
+        assert gates and all(g.result in ("pass", "fail") for g in gates), decoding
+        for finding in study.findings[decoding]:
+            assert bool(finding.gates) == bool(finding.gated), finding.title
+            if not any(g.result == "fail" for g in finding.gates):
+                continue
+            if finding.gated == "claim":
+                assert finding.verdict == NOT_TESTABLE, (decoding, finding.title)
+            assert finding.verdict not in SIZE_VERDICTS, (decoding, finding.title)
