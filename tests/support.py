@@ -589,3 +589,14 @@ def study_record(findings=(), ratio: float | None = None, **changes) -> StudyRec
         "findings": {"beam": tuple(findings)},
     }
     return StudyRecord(**{**base, **changes})
+
+
+def shown_experiments(shown: list, name: str) -> list[dict]:
+    """The rows (each experiment's first revision) that ``dvc exp show --json``'s output
+    ``shown`` holds for experiment ``name``."""
+    return [
+        experiment["revs"][0]
+        for baseline in shown
+        for experiment in baseline.get("experiments") or []
+        if experiment.get("name") == name
+    ]

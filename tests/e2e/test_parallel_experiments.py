@@ -18,6 +18,7 @@ from tests.support import (
     commit_all,
     dvc_repo,
     run_queue,
+    shown_experiments,
     synthetic_pairs,
     tiny_infra,
     tiny_params,
@@ -119,12 +120,7 @@ def _check_shown_row(shown: list, name: str, scorers: str, mine: list, baseline:
     """``dvc exp show``'s row of experiment ``name``: the scorers it set, and the best
     scorer's test BLEU its own evaluation logged (chosen on dev); its MLflow test runs
     carry the experiment's baseline revision and their scores."""
-    rows = [
-        experiment["revs"][0]
-        for row in shown
-        for experiment in row.get("experiments") or []
-        if experiment.get("name") == name
-    ]
+    rows = shown_experiments(shown, name)
     assert len(rows) == 1, f"experiment {name} not once in `dvc exp show`"
     data = rows[0]["data"]
     grid = data["params"]["params.yaml"]["data"]["train"]["grid"]

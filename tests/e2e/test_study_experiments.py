@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.support import dvc, stages_run, tracked_runs, translate_cli
+from tests.support import dvc, shown_experiments, stages_run, tracked_runs, translate_cli
 
 
 def test_a_plugin_scorer_trains_decodes_and_is_reported_like_a_built_in(study_copy):
@@ -114,14 +114,6 @@ def test_dvc_exp_run_in_the_workspace(study_copy):
     _check_experiment_runs(root, sh, "beam4", 4)
 
 
-def _experiment(shown: list, name: str) -> dict:
-    for baseline in shown:
-        for experiment in baseline.get("experiments") or []:
-            if experiment.get("name") == name:
-                return experiment["revs"][0]
-    raise AssertionError(f"experiment {name} not in `dvc exp show`")
-
-
 def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
     """The experiment's test scores are in MLflow, in runs tagged with its name and
     baseline, found from `dvc exp show`'s row; no training was redone."""
@@ -139,7 +131,9 @@ def _check_experiment_runs(root, sh, name: str, beam: int) -> None:
     assert len(finished) == 5  # the experiment reused the trained models
     shown = dvc(sh, "exp", "show", "--json")
     assert shown.returncode == 0, shown.stderr[-2000:]
-    row = _experiment(json.loads(shown.stdout), name)
+    rows = shown_experiments(json.loads(shown.stdout), name)
+    assert rows, f"experiment {name} not in `dvc exp show`"
+    row = rows[0]
     metrics = row["data"]["metrics"]["metrics/test.json"]["data"]
     best = evaluations[0].data.tags["best_scorer"]  # chosen on dev
     chosen = [r for r in runs if r.data.tags["variant"].startswith(f"{best}-fwd")]

@@ -104,20 +104,25 @@ def current_default(m: re.Match) -> list[tuple]:
     ]
 
 
-def curves() -> pd.DataFrame:
-    return pd.read_csv(REPO_ROOT / "metrics" / "learning_curves.csv")
+@cache
+def final_slopes() -> pd.DataFrame:
+    """Each variant's last step and final dev-BLEU slope over the convergence window, from
+    the committed ``metrics/learning_curves.csv`` (tools.convergence)."""
+    from tools.convergence import slopes
+
+    curves = pd.read_csv(REPO_ROOT / "metrics" / "learning_curves.csv")
+    return slopes(curves, params().train.converged_window)
 
 
 def converged(m: re.Match) -> list[tuple]:
     """The largest seed median of a configuration's final dev-BLEU slope, and the largest
     single variant's (tools.convergence)."""
-    from tools.convergence import by_configuration, slopes
+    from tools.convergence import by_configuration
 
-    window = params().train.converged_window
-    per_variant = slopes(curves(), window)
+    per_variant = final_slopes()
     table = by_configuration(per_variant)
     return [
-        (number(m[1]), window),
+        (number(m[1]), params().train.converged_window),
         (float(m[2]), round(float(table.median_slope.max()), 2)),
         (float(m[3]), round(float(per_variant.slope.max()), 2)),
     ]
@@ -125,7 +130,7 @@ def converged(m: re.Match) -> list[tuple]:
 
 def total_updates(m: re.Match) -> list[tuple]:
     return [
-        (number(m[1]), int(curves().groupby("variant").step.max().sum())),
+        (number(m[1]), int(final_slopes().last_step.sum())),
         (number(m[2]), params().train.batch_tokens),
     ]
 
